@@ -1,0 +1,610 @@
+"""Collective operations on torch tensors, over the horovod-core engine.
+
+Every collective comes in an asynchronous form that submits the tensor to the engine and returns
+an integer handle at once, and a synchronous form that waits for it. The engine reads and writes
+the tensors' memory directly through DLPack, so no copies are made on the way in or out.
+
+Threading: the ``*_async*`` functions and :func:`synchronize` run on the caller's thread; the
+collective itself runs on the engine's background thread. A tensor passed to an asynchronous
+call must not be modified or freed by the caller until its handle has been synchronized; this
+module keeps a reference to it in ``_handle_map`` until then.
+"""
+
+import warnings
+
+import torch
+
+from horovod.common import ops as _ops
+from horovod.common.basics import HorovodBasics as _HorovodBasics
+from horovod.common.exceptions import HorovodInternalError
+from horovod.common.process_sets import ProcessSet, global_process_set
+from horovod.torch.compression import Compression
+
+_basics = _HorovodBasics()
+
+is_initialized = _basics.is_initialized
+start_timeline = _basics.start_timeline
+stop_timeline = _basics.stop_timeline
+size = _basics.size
+local_size = _basics.local_size
+cross_size = _basics.cross_size
+rank = _basics.rank
+local_rank = _basics.local_rank
+cross_rank = _basics.cross_rank
+is_homogeneous = _basics.is_homogeneous
+mpi_threads_supported = _basics.mpi_threads_supported
+mpi_enabled = _basics.mpi_enabled
+mpi_built = _basics.mpi_built
+gloo_enabled = _basics.gloo_enabled
+gloo_built = _basics.gloo_built
+nccl_built = _basics.nccl_built
+ddl_built = _basics.ddl_built
+ccl_built = _basics.ccl_built
+cuda_built = _basics.cuda_built
+rocm_built = _basics.rocm_built
+
+Average = _basics.Average
+Sum = _basics.Sum
+Adasum = _basics.Adasum
+Min = _basics.Min
+Max = _basics.Max
+Product = _basics.Product
+
+# handle -> (inputs, outputs). ``inputs`` is the tuple of tensors given by the caller (kept alive
+# while the engine reads them). ``outputs`` mirrors what synchronize() returns: a single entry for
+# single-tensor ops, a list for grouped ops; each entry is the tensor the engine writes into, or
+# None where the engine allocates the output itself (allgather).
+_handle_map = {}
+
+_REDUCE_DTYPES = (torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
+                  torch.float64)
+_MOVE_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                torch.bfloat16, torch.float32, torch.float64, torch.bool)
+_REDUCE_OPS = (Average, Sum, Min, Max, Product)
+
+
+def init(*args, **kwargs):
+    """Starts Horovod in this process (see ``horovod.common.basics.HorovodBasics.init``).
+
+    Drops every handle left from an earlier run before starting the engine.
+
+    Raises:
+        ValueError: the engine could not start (the log output says why).
+    """
+    _handle_map.clear()
+    return _basics.init(*args, **kwargs)
+
+
+def shutdown(*args, **kwargs):
+    """Stops Horovod in this process; pending operations on every rank fail.
+
+    Safe to call when Horovod is not running; ``init()`` may be called again afterwards.
+    """
+    _handle_map.clear()
+    return _basics.shutdown(*args, **kwargs)
+
+
+def handle_average_backwards_compatibility(op, average):
+    """Resolves the deprecated ``average`` argument into a reduce op.
+
+    Args:
+        op: a reduce op constant (``Average``, ``Sum``, ...) or None.
+        average: the deprecated bool flag, or None.
+
+    Returns:
+        ``op`` if given; else ``Average`` if ``average`` is True or None, ``Sum`` if False.
+
+    Raises:
+        ValueError: both ``op`` and ``average`` were given.
+    """
+    if op is not None:
+        if average is not None:
+            raise ValueError('The op parameter supersedes average; give only one of op and '
+                             f'average (got op={op!r}, average={average!r}).')
+        return op
+    if average is None:
+        return Average
+    warnings.warn('Parameter `average` has been replaced with `op` and will be removed; use '
+                  'op=hvd.Average or op=hvd.Sum instead.', DeprecationWarning, stacklevel=3)
+    return Average if average else Sum
+
+
+def _check_tensor(tensor, allowed_dtypes, op_name):
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f'{op_name} expects a torch.Tensor, got {type(tensor).__name__}.')
+    if tensor.device.type != 'cpu':
+        raise ValueError(f'{op_name} got a tensor on device {tensor.device}: this release of '
+                         'horovod.torch handles CPU tensors only; GPU tensors need a build with '
+                         'NCCL, which comes in a later release. Move the tensor with .cpu().')
+    if tensor.layout != torch.strided:
+        raise ValueError(f'{op_name} expects a dense tensor, got layout {tensor.layout}.')
+    if tensor.dtype not in allowed_dtypes:
+        supported = ', '.join(str(d) for d in allowed_dtypes)
+        raise ValueError(f'{op_name} does not support tensor type {tensor.type()} '
+                         f'(dtype {tensor.dtype}); supported dtypes: {supported}.')
+    if not tensor.is_contiguous():
+        raise ValueError(f'{op_name}: tensor must be contiguous (call .contiguous() first).')
+
+
+def _check_tensor_list(tensors, allowed_dtypes, op_name):
+    if not isinstance(tensors, (list, tuple)) or not tensors:
+        raise ValueError(f'{op_name} expects a non-empty list of torch.Tensor, '
+                         f'got {type(tensors).__name__}.')
+    for t in tensors:
+        _check_tensor(t, allowed_dtypes, op_name)
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise HorovodInternalError(f'{op_name}: every tensor of a group must be on the same '
+                                   f'device, got {sorted(str(d) for d in devices)}.')
+
+
+def _check_reduce_op(op):
+    if op == Adasum:
+        raise NotImplementedError('The Adasum reduction is not available in this release of '
+                                  'horovod.torch.')
+    if op not in _REDUCE_OPS:
+        raise ValueError(f'Unknown reduce op {op!r}; expected one of hvd.Average, hvd.Sum, '
+                         'hvd.Min, hvd.Max, hvd.Product.')
+
+
+def _process_set_id(process_set):
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError('process_set must be a horovod ProcessSet, '
+                         f'got {type(process_set).__name__}.')
+    if process_set.process_set_id is None:
+        raise ValueError(f'{process_set} is not registered with Horovod; register it with '
+                         'hvd.init(process_sets=[...]) first.')
+    return process_set.process_set_id
+
+
+def _engine_name(prefix, name, handle):
+    return f'{prefix}.{name}' if name is not None else f'{prefix}.noname.{handle}'
+
+
+def _group_names(prefix, name, handle, n):
+    base = _engine_name(prefix, name, handle)
+    return [f'{base}_{i + 1}of{n}' for i in range(n)]
+
+
+def _submit_allreduce(prefix, inputs, outputs, average, name, op, prescale_factor,
+                      postscale_factor, process_set, grouped):
+    op = handle_average_backwards_compatibility(op, average)
+    _check_reduce_op(op)
+    set_id = _process_set_id(process_set)
+    handle = _ops.new_handle()
+    if grouped:
+        names = _group_names(prefix, name, handle, len(inputs))
+    else:
+        names = [_engine_name(prefix, name, handle)]
+    _ops.allreduce_async(handle, [t.detach() for t in inputs], [t.detach() for t in outputs],
+                         names, op, float(prescale_factor), float(postscale_factor), set_id)
+    _handle_map[handle] = (tuple(inputs), list(outputs) if grouped else outputs[0])
+    return handle
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Starts an allreduce of ``tensor`` into a new tensor; returns a handle at once.
+
+    The result, ``postscale_factor * REDUCE_over_ranks(prescale_factor * tensor)``, has the shape
+    and dtype of ``tensor``. ``Average`` is a sum divided by the number of ranks in
+    ``process_set``. Every rank of the set must submit a tensor of the same shape and dtype under
+    the same name.
+
+    Args:
+        tensor: a contiguous CPU tensor of dtype int32, int64, float16, bfloat16, float32 or
+            float64, any shape (scalars allowed).
+        average: deprecated; use ``op``. True means ``Average``, False means ``Sum``.
+        name: a name unique among the operations in flight; the same on every rank. Default: an
+            automatic name from the handle counter (ranks must then submit in the same order).
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        prescale_factor: factor applied to the input before the reduction.
+        postscale_factor: factor applied to the result after the reduction.
+        process_set: the ``ProcessSet`` to reduce over (default: all ranks).
+
+    Returns:
+        int handle for :func:`poll` and :func:`synchronize`, which returns the result tensor.
+
+    Raises:
+        ValueError: unsupported dtype or device, non-contiguous tensor, ``op`` and ``average``
+            both given, unknown op, a name already in flight, or an unregistered process set.
+        NotImplementedError: ``op`` is ``Adasum``.
+        HorovodInternalError: Horovod is not initialised or has been shut down.
+    """
+    _check_tensor(tensor, _REDUCE_DTYPES, 'allreduce')
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _submit_allreduce('allreduce', [tensor], [output], average, name, op, prescale_factor,
+                             postscale_factor, process_set, grouped=False)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """Starts an in-place allreduce of ``tensor``; returns a handle at once.
+
+    Same arguments, semantics and errors as :func:`allreduce_async`, but the result is written
+    into ``tensor`` itself; :func:`synchronize` returns ``tensor``.
+    """
+    _check_tensor(tensor, _REDUCE_DTYPES, 'allreduce')
+    return _submit_allreduce('allreduce', [tensor], [tensor], average, name, op, prescale_factor,
+                             postscale_factor, process_set, grouped=False)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """In-place allreduce of ``tensor``; blocks until done and returns ``tensor``.
+
+    Same arguments and errors as :func:`allreduce_async`; a failure in the engine (ranks
+    disagreeing on shape, dtype or op; shutdown; a lost peer) raises ``HorovodInternalError``.
+    Not differentiable: use :func:`allreduce` inside a model.
+    """
+    handle = allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                              process_set)
+    return synchronize(handle)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Starts one allreduce of a list of tensors into new tensors; returns a handle at once.
+
+    The tensors are negotiated and executed together (fused into as few collectives as the
+    fusion threshold allows); each result equals the single-tensor allreduce of that tensor.
+    Dtypes may differ within the list; op and scale factors are shared. The engine names tensor
+    ``i`` of ``n`` ``grouped_allreduce.<name>_<i+1>of<n>``.
+
+    Args:
+        tensors: non-empty list of tensors, each as for :func:`allreduce_async`, all on the same
+            device.
+        average, name, op, prescale_factor, postscale_factor, process_set: as for
+            :func:`allreduce_async`.
+
+    Returns:
+        int handle; :func:`synchronize` returns the list of result tensors in input order.
+
+    Raises:
+        ValueError: as for :func:`allreduce_async`, or ``tensors`` is not a non-empty list.
+        HorovodInternalError: tensors on different devices; Horovod not initialised.
+    """
+    _check_tensor_list(tensors, _REDUCE_DTYPES, 'grouped_allreduce')
+    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    return _submit_allreduce('grouped_allreduce', list(tensors), outputs, average, name, op,
+                             prescale_factor, postscale_factor, process_set, grouped=True)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """Starts an in-place grouped allreduce; returns a handle at once.
+
+    Same arguments, semantics and errors as :func:`grouped_allreduce_async`, but each result is
+    written into its input tensor; :func:`synchronize` returns the input tensors as a list.
+    """
+    _check_tensor_list(tensors, _REDUCE_DTYPES, 'grouped_allreduce')
+    return _submit_allreduce('grouped_allreduce', list(tensors), list(tensors), average, name,
+                             op, prescale_factor, postscale_factor, process_set, grouped=True)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    """In-place grouped allreduce; blocks until done and returns the list of input tensors.
+
+    Same arguments and errors as :func:`grouped_allreduce_async`; engine failures raise
+    ``HorovodInternalError``. Not differentiable: use :func:`grouped_allreduce` in a model.
+    """
+    handle = grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                      postscale_factor, process_set)
+    return synchronize(handle)
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts an allgather of ``tensor``; returns a handle at once.
+
+    The result concatenates every rank's tensor along dimension 0 in rank order: shape
+    ``[sum of every rank's d0] + tensor.shape[1:]``, dtype of ``tensor``. Dimension 0 may differ
+    between ranks; all other dimensions and the dtype must agree.
+
+    Args:
+        tensor: a contiguous CPU tensor with at least one dimension, of dtype uint8, int8,
+            int16, int32, int64, float16, bfloat16, float32, float64 or bool.
+        name: a name unique among the operations in flight, the same on every rank; default: an
+            automatic name from the handle counter.
+        process_set: the ``ProcessSet`` to gather over (default: all ranks).
+
+    Returns:
+        int handle; :func:`synchronize` returns the gathered tensor (allocated by the engine).
+
+    Raises:
+        ValueError: unsupported dtype or device, non-contiguous tensor, a name already in
+            flight, an unregistered process set.
+        HorovodInternalError: from :func:`synchronize` when ranks disagree (dtype, ndim, a
+            dimension other than 0, a scalar input), or Horovod is not running.
+    """
+    _check_tensor(tensor, _MOVE_DTYPES, 'allgather')
+    set_id = _process_set_id(process_set)
+    handle = _ops.new_handle()
+    _ops.allgather_async(handle, [tensor.detach()], [_engine_name('allgather', name, handle)],
+                         set_id)
+    _handle_map[handle] = ((tensor,), None)
+    return handle
+
+
+def _submit_broadcast(tensor, output, root_rank, name, process_set):
+    set_id = _process_set_id(process_set)
+    if isinstance(root_rank, bool) or not isinstance(root_rank, int):
+        raise ValueError(f'root_rank must be an int (a global rank), got {root_rank!r}.')
+    handle = _ops.new_handle()
+    _ops.broadcast_async(handle, [output.detach()], [_engine_name('broadcast', name, handle)],
+                         root_rank, set_id)
+    _handle_map[handle] = ((tensor,), output)
+    return handle
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts a broadcast of the root's ``tensor`` into a new tensor; returns a handle at once.
+
+    Args:
+        tensor: a contiguous CPU tensor of dtype uint8, int8, int16, int32, int64, float16,
+            bfloat16, float32, float64 or bool; same shape and dtype on every rank.
+        root_rank: the global rank whose tensor is sent; it must belong to ``process_set``.
+        name: a name unique among the operations in flight, the same on every rank; default: an
+            automatic name from the handle counter.
+        process_set: the ``ProcessSet`` to broadcast within (default: all ranks).
+
+    Returns:
+        int handle; :func:`synchronize` returns a new tensor holding the root's data (on the
+        root, a copy of its input). ``tensor`` is never modified.
+
+    Raises:
+        ValueError: unsupported dtype or device, non-contiguous tensor, a root that is not an int
+            or not in the set, a name already in flight, an unregistered process set.
+        HorovodInternalError: from :func:`synchronize` when ranks disagree on shape, dtype or
+            root, or Horovod is not running.
+    """
+    _check_tensor(tensor, _MOVE_DTYPES, 'broadcast')
+    output = tensor.detach().clone(memory_format=torch.contiguous_format)
+    return _submit_broadcast(tensor, output, root_rank, name, process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts an in-place broadcast: non-root ranks get the root's data written into ``tensor``.
+
+    Same arguments and errors as :func:`broadcast_async`; the root's tensor is not modified.
+    :func:`synchronize` returns ``tensor``.
+    """
+    _check_tensor(tensor, _MOVE_DTYPES, 'broadcast')
+    return _submit_broadcast(tensor, tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """In-place broadcast from ``root_rank``; blocks until done and returns ``tensor``.
+
+    Same arguments and errors as :func:`broadcast_async`. Not differentiable: use
+    :func:`broadcast` inside a model.
+    """
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def poll(handle):
+    """Tells whether the operation behind ``handle`` has finished (successfully or not).
+
+    Args:
+        handle: an int returned by an ``*_async*`` function and not yet synchronized.
+
+    Returns:
+        bool; True once :func:`synchronize` would return without waiting.
+
+    Raises:
+        ValueError: ``handle`` is unknown (never issued, or already synchronized).
+    """
+    if handle not in _handle_map:
+        raise ValueError(f'Unknown handle {handle!r}: it was never issued or has already been '
+                         'synchronized.')
+    return _ops.poll(handle)
+
+
+def synchronize(handle):
+    """Waits for the operation behind ``handle`` and returns its result.
+
+    The wait releases the GIL. The handle is forgotten afterwards, whether the operation
+    succeeded or not.
+
+    Args:
+        handle: an int returned by an ``*_async*`` function.
+
+    Returns:
+        The result tensor (for grouped ops, the list of result tensors in input order), or None
+        if ``handle`` is not pending (unknown or already synchronized).
+
+    Raises:
+        HorovodInternalError: the operation failed: ranks disagreed on dtype, shape, op, scale
+            factors or root, Horovod was shut down, or a peer was lost.
+    """
+    if handle not in _handle_map:
+        return None
+    try:
+        results = _ops.wait(handle)
+    finally:
+        _, outputs = _handle_map.pop(handle)
+    grouped = isinstance(outputs, list)
+    given = outputs if grouped else [outputs]
+    tensors = []
+    for output, result in zip(given, results):
+        if output is None:
+            tensors.append(torch.from_dlpack(result))
+        else:
+            # The engine wrote through DLPack, behind autograd's back: bump the version counter
+            # so that a backward pass that saved this tensor notices it changed.
+            torch.autograd.graph.increment_version(output)
+            tensors.append(output)
+    return tensors if grouped else tensors[0]
+
+
+# The synchronous forms below are torch.autograd.Functions, so a collective can sit inside a
+# model. Backward passes issue collectives too (with automatic names), so every rank must run
+# the same backward pass.
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    """Differentiable allreduce: the gradient is the allreduce of the incoming gradient with the
+    forward's op, scale factors and process set."""
+
+    @staticmethod
+    def forward(ctx, tensor, op, name, prescale_factor, postscale_factor, process_set):
+        ctx.settings = (op, prescale_factor, postscale_factor, process_set)
+        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
+                                           postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        op, prescale_factor, postscale_factor, process_set = ctx.settings
+        grad = synchronize(allreduce_async(grad_output.contiguous(), None, None, op,
+                                           prescale_factor, postscale_factor, process_set))
+        return grad, None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Allreduce of ``tensor`` into a new tensor; blocks until done. Differentiable.
+
+    ``compression.compress`` is applied before the reduction and ``decompress`` after it, so the
+    result has the dtype of ``tensor``. The gradient with respect to ``tensor`` is the same
+    allreduce of the incoming gradient.
+
+    Args:
+        tensor, average, name, op, prescale_factor, postscale_factor, process_set: as for
+            :func:`allreduce_async`.
+        compression: ``Compression.none`` (default) or ``Compression.fp16``.
+
+    Returns:
+        torch.Tensor of the shape and dtype of ``tensor``.
+
+    Raises:
+        ValueError, NotImplementedError: as for :func:`allreduce_async`.
+        HorovodInternalError: ranks disagree on shape, dtype, op or scale factors; Horovod was
+            shut down or a peer was lost.
+    """
+    op = handle_average_backwards_compatibility(op, average)
+    compressed, ctx = compression.compress(tensor)
+    reduced = HorovodAllreduce.apply(compressed, op, name, prescale_factor, postscale_factor,
+                                     process_set)
+    return compression.decompress(reduced, ctx)
+
+
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    """Differentiable grouped allreduce: the gradients are the grouped allreduce of the incoming
+    gradients with the forward's settings."""
+
+    @staticmethod
+    def forward(ctx, op, name, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.settings = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), None, name, op,
+                                                         prescale_factor, postscale_factor,
+                                                         process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        op, prescale_factor, postscale_factor, process_set = ctx.settings
+        grads = synchronize(grouped_allreduce_async([g.contiguous() for g in grad_outputs], None,
+                                                    None, op, prescale_factor, postscale_factor,
+                                                    process_set))
+        return (None, None, None, None, None, *grads)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Grouped allreduce of a list of tensors into new tensors; blocks. Differentiable.
+
+    Args:
+        tensors, average, name, op, prescale_factor, postscale_factor, process_set: as for
+            :func:`grouped_allreduce_async`.
+        compression: ``Compression.none`` (default) or ``Compression.fp16``, applied per tensor.
+
+    Returns:
+        list of torch.Tensor, one per input, each of its input's shape and dtype.
+
+    Raises:
+        ValueError, NotImplementedError, HorovodInternalError: as for
+            :func:`grouped_allreduce_async` and :func:`allreduce`.
+    """
+    op = handle_average_backwards_compatibility(op, average)
+    if not isinstance(tensors, (list, tuple)):
+        raise ValueError('grouped_allreduce expects a non-empty list of torch.Tensor, '
+                         f'got {type(tensors).__name__}.')
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = HorovodGroupedAllreduce.apply(op, name, prescale_factor, postscale_factor,
+                                            process_set, *(t for t, _ in compressed))
+    return [compression.decompress(t, ctx) for t, (_, ctx) in zip(reduced, compressed)]
+
+
+class HorovodAllgather(torch.autograd.Function):
+    """Differentiable allgather: each rank's gradient is its own rows of the averaged incoming
+    gradient."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim0 = tensor.shape[0] if tensor.dim() > 0 else 0
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        process_set = ctx.process_set
+        grad = synchronize(allreduce_async(grad_output.contiguous(), None, None, Average, 1.0,
+                                           1.0, process_set))
+        # Where this rank's rows start: the sum of dim 0 over the ranks before it in the set.
+        dims = synchronize(allgather_async(torch.tensor([ctx.dim0], dtype=torch.int64), None,
+                                           process_set))
+        set_rank = process_set.rank()
+        offset = int(dims[:set_rank].sum())
+        return grad.narrow(0, offset, ctx.dim0), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Allgather of ``tensor`` along dimension 0 in rank order; blocks. Differentiable.
+
+    The gradient with respect to ``tensor`` is this rank's slice of the average over ranks of
+    the incoming gradient.
+
+    Args:
+        tensor, name, process_set: as for :func:`allgather_async`.
+
+    Returns:
+        torch.Tensor of shape ``[sum of every rank's d0] + tensor.shape[1:]``.
+
+    Raises:
+        ValueError, HorovodInternalError: as for :func:`allgather_async`.
+    """
+    return HorovodAllgather.apply(tensor, name, process_set)
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    """Differentiable broadcast: the root's gradient is the average over ranks of the incoming
+    gradients; the other ranks' gradient is zero."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = synchronize(allreduce_async(grad_output.contiguous(), None, None, Average, 1.0,
+                                           1.0, ctx.process_set))
+        if rank() != ctx.root_rank:
+            grad = grad * 0
+        return grad, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Broadcast of the root's ``tensor`` into a new tensor on every rank; blocks.
+    Differentiable.
+
+    Args:
+        tensor, root_rank, name, process_set: as for :func:`broadcast_async`.
+
+    Returns:
+        torch.Tensor holding the root's data, of the shape and dtype of ``tensor``.
+
+    Raises:
+        ValueError, HorovodInternalError: as for :func:`broadcast_async`.
+    """
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)

@@ -1,0 +1,367 @@
+"""``DistributedOptimizer``: wraps a torch optimizer so that ``step()`` applies gradients
+averaged over all ranks.
+
+Each parameter's gradient is allreduced as soon as backward has finished accumulating it: a hook
+on the parameter's gradient accumulator submits an asynchronous in-place allreduce, so
+communication overlaps the rest of the backward pass. ``step()`` (or an explicit
+``synchronize()``) waits for the allreduces, then runs the wrapped optimizer's step.
+"""
+
+import contextlib
+import os
+import warnings
+
+import torch
+
+from horovod.torch.compression import Compression
+from horovod.torch.functions import broadcast_object
+from horovod.torch.mpi_ops import (Adasum, Average, allreduce_async_, global_process_set,
+                                   grouped_allreduce_async_, size, synchronize)
+
+
+def _split_list(items, n):
+    """Splits ``items`` into ``n`` contiguous chunks whose lengths differ by at most one (the
+    first ``len(items) % n`` chunks are the longer ones)."""
+    quotient, remainder = divmod(len(items), n)
+    chunks, start = [], 0
+    for i in range(n):
+        end = start + quotient + (1 if i < remainder else 0)
+        chunks.append(items[start:end])
+        start = end
+    return chunks
+
+
+class _DistributedOptimizer:
+    """Mixin placed before the wrapped optimizer's class in a dynamically created subclass
+    (see :func:`DistributedOptimizer`); ``super()`` here reaches the wrapped class."""
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor, groups, sparse_as_dense, process_set, defaults):
+        super().__init__(params)
+        self.defaults = defaults
+        self._compression = compression
+        self._sparse_as_dense = sparse_as_dense
+        self.backward_passes_per_step = backward_passes_per_step
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.process_set = process_set
+        self._parameter_names = self._name_parameters(named_parameters)
+
+        self._handles = {}
+        self._grad_accs = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        self._allreduce_delay = {p: backward_passes_per_step
+                                 for group in self.param_groups for p in group['params']}
+        # param -> tuple of the params allreduced together with it (only for grouped params).
+        self._group_of = {}
+        if process_set.included() and (size() > 1 or os.environ.get('HOROVOD_ELASTIC') == '1'):
+            self._make_groups(groups)
+            self._register_hooks()
+
+    def _name_parameters(self, named_parameters):
+        if named_parameters is None:
+            return {p: f'allreduce.noname.{i}.{j}'
+                    for i, group in enumerate(self.param_groups)
+                    for j, p in enumerate(group['params'])}
+        named_parameters = list(named_parameters)
+        if any(not isinstance(entry, tuple) or len(entry) != 2 for entry in named_parameters):
+            raise ValueError('named_parameters must be a sequence of (name, parameter) tuples, '
+                             'as returned by model.named_parameters().')
+        duplicates = self.find_duplicates([name for name, _ in named_parameters])
+        if duplicates:
+            raise ValueError('Parameter names in named_parameters must be unique; duplicates: '
+                             f'{", ".join(sorted(map(str, duplicates)))}.')
+        named_ids = {id(p) for _, p in named_parameters}
+        unnamed = [id(p) for group in self.param_groups for p in group['params']
+                   if id(p) not in named_ids]
+        if unnamed:
+            raise ValueError('named_parameters was given, but some parameters of the optimizer '
+                             'are not named in it; their Python object ids: '
+                             f'{", ".join(map(str, unnamed))}.')
+        return {p: name for name, p in named_parameters}
+
+    def _make_groups(self, groups):
+        if groups is None:
+            return
+        if isinstance(groups, int):
+            trainable = [p for group in self.param_groups for p in group['params']
+                         if p.requires_grad]
+            # Every rank must build the same groups: take rank 0's parameter order.
+            by_name = {self._parameter_names[p]: p for p in trainable}
+            names = broadcast_object([self._parameter_names[p] for p in trainable],
+                                     root_rank=self.process_set.ranks[0],
+                                     name='DistributedOptimizer.groups',
+                                     process_set=self.process_set)
+            units = [[by_name[n] for n in chunk] for chunk in _split_list(names, groups)]
+        else:
+            for p in (p for unit in groups for p in unit):
+                if p not in self._allreduce_delay:
+                    raise ValueError('groups lists a tensor that is not a parameter of the '
+                                     f'optimizer (shape {tuple(p.shape)}).')
+            # Members that need no gradient never fire a hook; leave them out so that the
+            # group does not wait for them.
+            units = [[p for p in unit if p.requires_grad] for unit in groups]
+        for unit in units:
+            if unit:
+                members = tuple(unit)
+                for p in members:
+                    self._group_of[p] = members
+
+    def _register_hooks(self):
+        for group in self.param_groups:
+            for p in group['params']:
+                if p.requires_grad:
+                    self._requires_update.add(p)
+                    # expand_as gives a view whose grad_fn leads to p's AccumulateGrad node; a
+                    # hook there runs once per backward, after p.grad holds the new gradient.
+                    grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                    grad_acc.register_hook(self._make_hook(p))
+                    self._grad_accs.append(grad_acc)
+
+    def _make_hook(self, p):
+        def hook(*_):
+            if self._handles.get(p, (None, None))[0] is not None or self._allreduce_delay[p] <= 0:
+                raise AssertionError(
+                    'Gradients were computed more than backward_passes_per_step times before '
+                    'step() was called. Increase backward_passes_per_step to accumulate '
+                    'gradients locally.')
+            self._allreduce_delay[p] -= 1
+            self._handles[p] = (None, None)
+            if self._allreduce_delay[p] == 0:
+                unit = self._group_of.get(p, (p,))
+                if all(self._allreduce_delay[q] == 0 for q in unit):
+                    self._submit(unit)
+        return hook
+
+    def _submit(self, unit):
+        """Starts the in-place allreduce of the gradients of ``unit`` (one parameter, or all the
+        members of one group) and records its handle for each member."""
+        compressed = []
+        for p in unit:
+            if p.grad is None:
+                # No gradient on this rank (e.g. the parameter was unused), but other ranks may
+                # have one: take part with zeros.
+                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            elif p.grad.is_sparse:
+                if not self._sparse_as_dense:
+                    raise ValueError(f'Parameter {self._parameter_names[p]} has a sparse '
+                                     'gradient; this release allreduces dense gradients only: '
+                                     'pass sparse_as_dense=True to DistributedOptimizer.')
+                p.grad = p.grad.to_dense()
+            elif not p.grad.is_contiguous():
+                p.grad = p.grad.contiguous()
+            compressed.append(self._compression.compress(p.grad))
+        tensors = [t for t, _ in compressed]
+        name = self._parameter_names[unit[0]]
+        if unit[0] in self._group_of:
+            handle = grouped_allreduce_async_(tensors, name=name, op=self.op,
+                                              process_set=self.process_set)
+        else:
+            prescale, postscale = 1.0, 1.0
+            if self.op == Average:
+                # The engine divides by the set size; predividing by the factor here and
+                # multiplying back after the sum keeps large sums in range.
+                prescale = 1.0 / self.gradient_predivide_factor
+                postscale = self.gradient_predivide_factor
+            handle = allreduce_async_(tensors[0], name=name, op=self.op,
+                                      prescale_factor=prescale, postscale_factor=postscale,
+                                      process_set=self.process_set)
+        for p, (_, ctx) in zip(unit, compressed):
+            self._handles[p] = (handle, ctx)
+
+    def synchronize(self):
+        """Waits until every gradient has been allreduced and writes the results into ``.grad``.
+
+        Gradients whose allreduce has not started yet (the parameter took no part in this
+        rank's backward, or fewer than ``backward_passes_per_step`` passes ran) are submitted
+        first. Call it before modifying gradients (for example clipping), then call ``step()``
+        inside :meth:`skip_synchronize`.
+
+        Raises:
+            HorovodInternalError: an allreduce failed (ranks disagree, or a peer was lost).
+        """
+        if not self.process_set.included():
+            self._synchronized = True
+            return
+        try:
+            for group in self.param_groups:
+                for p in group['params']:
+                    if p in self._requires_update and self._handles.get(p, (None,))[0] is None:
+                        self._submit(self._group_of.get(p, (p,)))
+            waited = set()
+            for p, (handle, _) in list(self._handles.items()):
+                if handle in waited:
+                    continue
+                waited.add(handle)
+                unit = self._group_of.get(p, (p,))
+                outputs = synchronize(handle)
+                if not isinstance(outputs, list):
+                    outputs = [outputs]
+                for q, output in zip(unit, outputs):
+                    q.grad.set_(self._compression.decompress(output, self._handles[q][1]))
+        finally:
+            self._reset_delays(self.backward_passes_per_step)
+            self._handles.clear()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Context manager inside which ``step()`` does not synchronize; use after an explicit
+        :meth:`synchronize`."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        """Synchronizes the gradients (unless inside :meth:`skip_synchronize`), then runs the
+        wrapped optimizer's ``step(closure)`` and returns its result."""
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn('optimizer.step() called without optimizer.skip_synchronize() '
+                              'after optimizer.synchronize(): the gradients are allreduced a '
+                              'second time. Call step() inside `with '
+                              'optimizer.skip_synchronize():` when you synchronize yourself.')
+            self.synchronize()
+        self._synchronized = False
+        return super().step(closure)
+
+    def zero_grad(self, set_to_none=True):
+        """Clears the gradients, as the wrapped optimizer's ``zero_grad``.
+
+        Raises:
+            AssertionError: gradients are still being allreduced (called after backward but
+                before ``step()`` or ``synchronize()``); clearing them now would race with the
+                allreduce.
+        """
+        if self._handles:
+            raise AssertionError('optimizer.zero_grad() was called after loss.backward() but '
+                                 'before optimizer.step() or optimizer.synchronize(); this '
+                                 'races with the gradient allreduce and is not allowed.')
+        return super().zero_grad(set_to_none)
+
+    def set_backward_passes_per_step(self, passes):
+        """Sets how many backward passes accumulate locally before each allreduce.
+
+        Raises:
+            ValueError: ``passes`` is not a positive int.
+        """
+        _check_backward_passes(passes)
+        self.backward_passes_per_step = passes
+        self._reset_delays(passes)
+
+    def load_state_dict(self, *args, **kwargs):
+        """Forgets pending allreduces, then loads the state as the wrapped optimizer does."""
+        self._handles.clear()
+        self._synchronized = False
+        self._should_synchronize = True
+        self._reset_delays(self.backward_passes_per_step)
+        return super().load_state_dict(*args, **kwargs)
+
+    def _reset_delays(self, passes):
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    @staticmethod
+    def find_duplicates(lst):
+        """Returns the set of items that occur more than once in ``lst``."""
+        seen, duplicates = set(), set()
+        for item in lst:
+            if item in seen:
+                duplicates.add(item)
+            seen.add(item)
+        return duplicates
+
+
+def _check_backward_passes(passes):
+    if isinstance(passes, bool) or not isinstance(passes, int) or passes <= 0:
+        raise ValueError(f'backward_passes_per_step must be a positive int, got {passes!r}.')
+
+
+def _check_groups(groups):
+    if isinstance(groups, bool):
+        raise ValueError(f'groups must be a positive int or a list of lists of torch.Tensor, '
+                         f'got {groups!r}.')
+    if isinstance(groups, int):
+        if groups <= 0:
+            raise ValueError(f'groups must be a positive int, got {groups}.')
+        return
+    if not isinstance(groups, list) or not all(isinstance(g, list) for g in groups):
+        raise ValueError('groups must be a positive int or a list of lists of torch.Tensor, '
+                         f'got {type(groups).__name__}.')
+    seen = set()
+    for group in groups:
+        for p in group:
+            if not isinstance(p, torch.Tensor):
+                raise ValueError('groups must contain only torch.Tensor parameters, got '
+                                 f'{type(p).__name__}.')
+            if id(p) in seen:
+                raise ValueError('A parameter appears more than once in groups.')
+            seen.add(id(p))
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
+    """Wraps ``optimizer`` so that gradients are reduced over ``process_set`` before each step.
+
+    Returns an instance of a subclass of ``type(optimizer)`` with the same class name, built on
+    ``optimizer.param_groups`` (so ``isinstance`` checks, ``state_dict`` and
+    ``load_state_dict`` work as before). Horovod must be initialised. The allreduces start
+    during ``loss.backward()``; ``step()`` waits for them. With one rank (and
+    ``HOROVOD_ELASTIC`` unset) no hooks are installed and ``step()`` is the wrapped step.
+
+    Args:
+        optimizer: the ``torch.optim.Optimizer`` to wrap (its state is not carried over).
+        named_parameters: ``(name, parameter)`` tuples naming every parameter of
+            ``optimizer``, e.g. ``model.named_parameters()``; the names label the allreduces
+            and must be the same on every rank. Default: positional names.
+        compression: ``Compression.none`` (default) or ``Compression.fp16`` for the
+            allreduced gradients.
+        backward_passes_per_step: number of backward passes accumulated locally before the
+            gradients are allreduced (positive int, default 1).
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        gradient_predivide_factor: with ``Average``, gradients are divided by this factor
+            before the sum and multiplied by ``factor / size`` after it (default 1.0).
+        num_groups: deprecated spelling of an int ``groups``.
+        groups: a positive int k (split the trainable parameters into k contiguous groups of
+            near-equal length, in rank 0's order) or a list of lists of parameters; each group
+            is allreduced with one grouped allreduce once all its gradients are ready.
+            Parameters in no group are allreduced alone. Default: no groups.
+        sparse_as_dense: convert sparse gradients to dense before the allreduce.
+        process_set: the ``ProcessSet`` to reduce over (default: all ranks).
+
+    Returns:
+        The distributed optimizer.
+
+    Raises:
+        ValueError: ``gradient_predivide_factor != 1.0`` with an op other than ``Average``;
+            ``backward_passes_per_step`` not a positive int; bad ``groups`` (not a positive int
+            or a list of lists of tensors, or a tensor listed twice); ``named_parameters``
+            entries that are not tuples, duplicate names, or parameters left unnamed.
+        NotImplementedError: ``op`` is ``Adasum`` (not available in this release).
+    """
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError('gradient_predivide_factor is only supported with op=Average, got '
+                         f'op={op!r} and gradient_predivide_factor={gradient_predivide_factor}.')
+    if op == Adasum:
+        raise NotImplementedError('The Adasum optimizer is not available in this release of '
+                                  'horovod.torch.')
+    if num_groups != 0:
+        warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be '
+                      'removed.', DeprecationWarning, stacklevel=2)
+        if groups is None:
+            groups = num_groups
+    _check_backward_passes(backward_passes_per_step)
+    if groups is not None:
+        _check_groups(groups)
+
+    cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__),
+               {'__module__': __name__})
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+               op, gradient_predivide_factor, groups, sparse_as_dense, process_set,
+               optimizer.defaults)
