@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that building and testing the project need.
+# Already-installed packages are detected with dpkg-query, so a ready machine costs no apt work.
+# As root it runs apt-get itself; otherwise it prints the command to run and exits non-zero.
+set -euo pipefail
+
+packages=(
+  g++           # C++17 compiler for horovod-core
+  cmake         # scikit-build-core drives CMake (it falls back to the PyPI cmake if this is too old)
+  ninja-build
+  libgloo-dev   # the Gloo backend: collectives and the full mesh over TCP
+)
+
+# Debian's own Python needs its headers from a package; a python.org or pyenv build ships them.
+if ! python3 -c 'import os, sysconfig, sys; sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  packages+=(python3-dev)
+fi
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$package")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-system-deps: already installed: ${packages[*]}"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-system-deps: missing Debian packages: ${missing[*]}" >&2
+  echo "install them with:" >&2
+  echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends "${missing[@]}"

@@ -1,0 +1,150 @@
+"""Every developer task of the monorepo: `nox -s build | tests | lint | demo | bench`.
+
+Wheels are built into dist/ once per change of a package's sources: next to each wheel lies
+`<package>.sha256`, a hash of the files the wheel is built from, and every session that needs a wheel
+rebuilds it only when that hash no longer matches (the core's C++ build takes minutes on 2 cores).
+Sessions install the wheels the way a user does, `pip install --find-links dist <package>`, so the
+tests exercise what ships, not the source tree.
+"""
+
+import hashlib
+import pathlib
+import subprocess
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["lint", "tests"]
+
+ROOT = pathlib.Path(__file__).resolve().parent
+DIST = ROOT / "dist"
+
+# The CPU build of PyTorch; an unpinned `torch` resolves to the newest CUDA build (gigabytes).
+TORCH = "torch==2.13.0"
+
+# Published packages, in dependency order.
+PACKAGES = ["horovod-core", "horovod-torch", "horovod-run"]
+
+# Files outside a package's folder that its wheel is built from.
+SHARED_SOURCES = {"horovod-core": ["cmake"]}
+
+TEST_REQUIREMENTS = ["pytest", "numpy", "cloudpickle", "psutil", "pyyaml"]
+
+# package -> (distributions its tests install from dist/, further requirements)
+TESTS = {
+    "horovod-core": (["horovod-core", "horovod-run"], []),
+    "horovod-torch": (["horovod-core", "horovod-torch", "horovod-run"], [TORCH]),
+    "horovod-run": (["horovod-core", "horovod-torch", "horovod-run"], [TORCH]),
+}
+
+NP = 2  # processes for demo and bench: one per core of the reference machine
+
+
+def system_deps(session: nox.Session) -> None:
+    session.run("bash", str(ROOT / "ci" / "install-system-deps.sh"), external=True)
+
+
+def source_hash(package: str) -> str:
+    """sha256 over the path and content of every file the package's wheel is built from.
+
+    Files are those git tracks or would track (untracked but not ignored), minus tests/.
+    """
+    folders = [f"packages/{package}", *SHARED_SOURCES.get(package, [])]
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", *folders],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    ).stdout.split("\0")
+    tests = f"packages/{package}/tests/"
+    digest = hashlib.sha256()
+    for name in sorted(set(listed)):
+        path = ROOT / name
+        # ls-files still lists a tracked file deleted from the work tree.
+        if name and not name.startswith(tests) and path.is_file():
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def wheel(session: nox.Session, package: str) -> pathlib.Path:
+    """The package's wheel in dist/, built first unless dist/ has one of the current sources."""
+    pattern = package.replace("-", "_") + "-*.whl"
+    stamp = DIST / f"{package}.sha256"
+    digest = source_hash(package)
+    wheels = sorted(DIST.glob(pattern))
+    if len(wheels) == 1 and stamp.is_file() and stamp.read_text().strip() == digest:
+        session.log(f"{wheels[0].name} is up to date with packages/{package}")
+        return wheels[0]
+    for old in wheels:
+        old.unlink()
+    session.run(
+        "python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(DIST),
+        str(ROOT / "packages" / package),
+    )
+    (built,) = DIST.glob(pattern)
+    stamp.write_text(digest + "\n")
+    return built
+
+
+def install(session: nox.Session, dists: list[str], *requirements: str) -> None:
+    """Install `dists` from dist/ (building what is stale) as a user would, plus `requirements`."""
+    for dist in dists:
+        wheel(session, dist)
+    # A reused virtualenv may hold these names at the same version, and pip would keep the installed
+    # copy instead of the wheel just built. (A local folder requirement is always reinstalled.)
+    session.run("python", "-m", "pip", "uninstall", "--yes", *dists, silent=True)
+    session.install("--find-links", str(DIST), *dists, *requirements)
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build the wheel of every published package into dist/."""
+    system_deps(session)
+    for package in PACKAGES:
+        wheel(session, package)
+
+
+@nox.session
+@nox.parametrize("package", list(TESTS))
+def tests(session: nox.Session, package: str) -> None:
+    """Run one package's tests against its installed wheel (`nox -s tests` runs every package).
+
+    pytest's exit status 5, "no tests collected", fails the session like any non-zero status.
+    """
+    system_deps(session)
+    dists, requirements = TESTS[package]
+    install(
+        session, dists, *TEST_REQUIREMENTS, *requirements, str(ROOT / "packages" / "horovod-testing")
+    )
+    session.chdir(ROOT / "packages" / package)
+    session.run("python", "-m", "pytest", "tests", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff, configured in ruff.toml."""
+    session.install("ruff==0.17.6")
+    session.run("ruff", "check", str(ROOT), *session.posargs)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The README's main job: train the digits example on NP local processes."""
+    system_deps(session)
+    install(session, ["horovod-core", "horovod-torch", "horovod-run"], TORCH, "scikit-learn")
+    session.run(
+        "horovodrun", "-np", str(NP), "-H", f"localhost:{NP}",
+        "python", str(ROOT / "docs" / "examples" / "pytorch" / "pytorch_digits.py"),
+    )
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Allreduce benchmark against torch.distributed's Gloo; results in benchmarks/results/."""
+    system_deps(session)
+    install(session, ["horovod-core", "horovod-torch", "horovod-run"], TORCH)
+    results = ROOT / "benchmarks" / "results" / f"allreduce-np{NP}"
+    session.run(
+        "horovodrun", "-np", str(NP), "-H", f"localhost:{NP}",
+        "python", str(ROOT / "benchmarks" / "allreduce_bench.py"),
+        "--json", f"{results}.json", "--markdown", f"{results}.md", *session.posargs,
+    )
