@@ -1,0 +1,137 @@
+"""Data-parallel training of a small CNN on scikit-learn's digits with horovod.torch.
+
+The digits data set (1,797 8x8 grey-scale images of handwritten digits) ships with scikit-learn,
+so nothing is downloaded. Run on two processes with
+
+    horovodrun -np 2 -H localhost:2 python pytorch_digits.py
+
+or on one with ``python pytorch_digits.py``. Every rank trains on its own shard of the training
+set; gradients are averaged by ``hvd.DistributedOptimizer``. The script ends by printing the test
+accuracy and checking that every rank holds bitwise-identical parameters (exit status 1 if not).
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+
+import horovod.torch as hvd
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--epochs', type=int, default=15, help='passes over the training set')
+    parser.add_argument('--batch-size', type=int, default=32, help='examples per step per rank')
+    parser.add_argument('--lr', type=float, default=0.05,
+                        help='learning rate for one process; scaled by the number of ranks')
+    parser.add_argument('--seed', type=int, default=42, help='seed for the split and the model')
+    parser.add_argument('--checkpoint', default=os.path.join(tempfile.gettempdir(),
+                                                             'pytorch_digits.pt'),
+                        help='where rank 0 writes the trained model')
+    return parser.parse_args()
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 16, kernel_size=3, padding=1)
+        self.conv2 = torch.nn.Conv2d(16, 32, kernel_size=3, padding=1)
+        self.fc1 = torch.nn.Linear(32 * 4 * 4, 64)
+        self.fc2 = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = F.relu(self.fc1(x.flatten(1)))
+        return self.fc2(x)
+
+
+def load_data(seed):
+    digits = load_digits()
+    images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    labels = torch.tensor(digits.target, dtype=torch.int64)
+    x_train, x_test, y_train, y_test = train_test_split(
+        images, labels, test_size=0.2, random_state=seed, stratify=labels)
+    return x_train, x_test, y_train, y_test
+
+
+def metric_average(value, name):
+    """Averages a Python float over all ranks."""
+    return hvd.allreduce(torch.tensor(value, dtype=torch.float64), name=name).item()
+
+
+def evaluate(model, x, y):
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+        loss = F.cross_entropy(logits, y).item()
+        accuracy = (logits.argmax(1) == y).double().mean().item()
+    return loss, accuracy
+
+
+def check_identical_parameters(model):
+    """Returns True when every rank holds bitwise the same parameters as rank 0."""
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    reference = hvd.broadcast(flat, root_rank=0, name='final_parameters')
+    same = torch.tensor([int(torch.equal(flat, reference))], dtype=torch.int32)
+    return bool(hvd.allreduce(same, op=hvd.Min, name='parameters_identical').item())
+
+
+def main():
+    args = parse_args()
+    hvd.init()
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+
+    x_train, x_test, y_train, y_test = load_data(args.seed)
+    # Each rank trains on every size-th example, starting at its rank.
+    x_shard, y_shard = x_train[hvd.rank()::hvd.size()], y_train[hvd.rank()::hvd.size()]
+
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+    # Every rank must take the same number of steps; shards may differ by one example, so the
+    # step count comes from the shortest shard.
+    steps = -(-(len(x_train) // hvd.size()) // args.batch_size)
+    generator = torch.Generator().manual_seed(args.seed + hvd.rank())
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        order = torch.randperm(len(x_shard), generator=generator)
+        for step in range(steps):
+            index = order[step * args.batch_size:(step + 1) * args.batch_size]
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x_shard[index]), y_shard[index])
+            loss.backward()
+            optimizer.step()
+        train_loss, train_accuracy = evaluate(model, x_shard, y_shard)
+        train_loss = metric_average(train_loss, 'train_loss')
+        train_accuracy = metric_average(train_accuracy, 'train_accuracy')
+        if hvd.rank() == 0:
+            print(f'epoch {epoch:2d}: train loss {train_loss:.4f}, '
+                  f'train accuracy {train_accuracy:.4f}', flush=True)
+
+    test_loss, test_accuracy = evaluate(model, x_test, y_test)
+    if hvd.rank() == 0:
+        torch.save(model.state_dict(), args.checkpoint)
+        print(f'checkpoint written to {args.checkpoint}')
+        print(f'test loss: {test_loss:.4f}')
+        print(f'test accuracy: {test_accuracy:.4f}', flush=True)
+
+    if not check_identical_parameters(model):
+        print(f'rank {hvd.rank()}: parameters differ between ranks after training',
+              file=sys.stderr)
+        sys.exit(1)
+    if hvd.rank() == 0:
+        print(f'parameters identical on all {hvd.size()} ranks')
+
+
+if __name__ == '__main__':
+    main()
