@@ -1,0 +1,502 @@
+"""``horovodrun``: command-line parsing, controller choice and the static launch flow."""
+
+import argparse
+import importlib.metadata
+import logging
+import os
+import shutil
+import sys
+import warnings
+
+import yaml
+
+from horovod.runner import gloo_run as gloo_launcher
+from horovod.runner.common.util import config_parser, hosts, secret, timeout
+from horovod.runner.common.util import settings as hvd_settings
+from horovod.runner.util import network
+
+DEFAULT_START_TIMEOUT_S = 30
+DEFAULT_ELASTIC_TIMEOUT_S = 600
+
+START_TIMEOUT_MESSAGE = (
+    "Timed out waiting for {activity}. Check that the hosts can reach each other, or raise the "
+    "limit with --start-timeout (seconds) when starting many hosts.")
+
+
+def _horovod_version():
+    try:
+        import horovod
+        version = getattr(horovod, "__version__", None)
+    except ImportError:
+        version = None
+    return version or importlib.metadata.version("horovod-run")
+
+
+def gloo_built(verbose=False):
+    """True unless the installed Horovod core says it was built without Gloo.
+
+    The launcher-rendezvous launch itself is pure Python; without an importable core (for
+    example a launcher-only install) it still runs commands, so the answer is then True.
+    """
+    try:
+        from horovod.common import util
+        return bool(util.gloo_built(verbose=verbose))
+    except ImportError:
+        return True
+
+
+def mpi_built(verbose=False):
+    """True if the installed Horovod core was built with MPI (False without a core)."""
+    try:
+        from horovod.common import util
+        return bool(util.mpi_built(verbose=verbose))
+    except ImportError:
+        return False
+
+
+def _using_lsf():
+    return "LSB_JOBID" in os.environ
+
+
+def is_jsrun_installed():
+    """True if a ``jsrun`` executable is on PATH."""
+    return shutil.which("jsrun") is not None
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print ``horovod.__version__``, looked up only when asked for."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_horovod_version())
+        parser.exit()
+
+
+def _record_override(namespace, dest):
+    overrides = getattr(namespace, "override_args", None)
+    if overrides is None:
+        overrides = set()
+        namespace.override_args = overrides
+    overrides.add(dest)
+
+
+class _OverrideAction(argparse.Action):
+    """Stores the value and records that ``dest`` was given on the command line."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        _record_override(namespace, self.dest)
+
+
+class _OverrideConstAction(argparse.Action):
+    """A flag storing ``const`` and recording that ``dest`` was given on the command line."""
+
+    def __init__(self, option_strings, dest, const, default=None, help=None):
+        super().__init__(option_strings, dest=dest, nargs=0, const=const, default=default,
+                         help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, self.const)
+        _record_override(namespace, self.dest)
+
+
+class _DeprecatedLogHideAction(_OverrideConstAction):
+    def __call__(self, parser, namespace, values, option_string=None):
+        replacement = "--log-without-timestamp" if self.const is False else "--log-with-timestamp"
+        warnings.warn("%s is deprecated, use %s instead" % (option_string, replacement),
+                      DeprecationWarning)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _NicsAction(argparse.Action):
+    """Unions comma-separated interface names into the set ``nics``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string == "--network-interface" and "," in values:
+            warnings.warn("passing a comma-separated list to --network-interface is deprecated, "
+                          "use --network-interfaces instead", DeprecationWarning)
+        nics = getattr(namespace, self.dest, None) or set()
+        nics.update(name for name in values.split(",") if name)
+        setattr(namespace, self.dest, nics)
+
+
+def _add_bool_pair(parser, name, dest, help, hide_positive=False, hide_negative=False):
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--" + name, dest=dest, action=_OverrideConstAction, const=True,
+                       help=argparse.SUPPRESS if hide_positive else help)
+    group.add_argument("--no-" + name, dest=dest, action=_OverrideConstAction, const=False,
+                       help=argparse.SUPPRESS if hide_negative else "disable: " + help)
+
+
+def _make_parser():
+    """The ``horovodrun`` argument parser (all flags of the spec, upstream's dests)."""
+    parser = argparse.ArgumentParser(description="Horovod Runner")
+    parser.add_argument("-v", "--version", action=_VersionAction,
+                        help="Print the Horovod version and exit.")
+    parser.add_argument("-np", "--num-proc", dest="num_proc", type=int,
+                        help="Number of worker processes to start.")
+    parser.add_argument("-cb", "--check-build", dest="check_build", action="store_true",
+                        help="Print which frameworks, controllers and tensor operations this "
+                             "Horovod was built with, and exit.")
+    parser.add_argument("--disable-cache", action="store_true",
+                        help="Do not cache the results of ssh and network interface checks.")
+    parser.add_argument("--start-timeout", type=int,
+                        help="Seconds allowed for start-up checks (default: "
+                             "HOROVOD_START_TIMEOUT or %d)." % DEFAULT_START_TIMEOUT_S)
+    parser.add_argument("--network-interfaces", dest="nics", action=_NicsAction,
+                        help="Comma-separated network interfaces to use, e.g. eth0,eth1.")
+    parser.add_argument("--network-interface", dest="nics", action=_NicsAction,
+                        help="A network interface to use (repeatable).")
+    parser.add_argument("--output-filename",
+                        help="Directory to which each rank's raw stdout and stderr are written "
+                             "(<dir>/rank.<r>/stdout and stderr).")
+    parser.add_argument("--verbose", action="store_true", help="Print what the launcher does.")
+    parser.add_argument("--config-file",
+                        help="YAML file with tuning parameters; command-line flags win.")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="Command to run.")
+
+    group = parser.add_argument_group("SSH arguments")
+    group.add_argument("-p", "--ssh-port", type=int, help="SSH port of all the hosts.")
+    group.add_argument("-i", "--ssh-identity-file", help="SSH identity (private key) file.")
+
+    group = parser.add_argument_group("tuneable parameter arguments")
+    group.add_argument("--fusion-threshold-mb", action=_OverrideAction, type=int,
+                       help="Fusion buffer size in MiB (HOROVOD_FUSION_THRESHOLD).")
+    group.add_argument("--cycle-time-ms", action=_OverrideAction, type=float,
+                       help="Background cycle time in milliseconds (HOROVOD_CYCLE_TIME).")
+    group.add_argument("--cache-capacity", action=_OverrideAction, type=int,
+                       help="Response cache capacity in entries (HOROVOD_CACHE_CAPACITY).")
+    _add_bool_pair(group, "hierarchical-allreduce", "hierarchical_allreduce",
+                   "hierarchical allreduce")
+    _add_bool_pair(group, "hierarchical-allgather", "hierarchical_allgather",
+                   "hierarchical allgather")
+    _add_bool_pair(group, "torus-allreduce", "torus_allreduce", "torus allreduce")
+
+    group = parser.add_argument_group("autotune arguments")
+    _add_bool_pair(group, "autotune", "autotune", "autotuning of the tuneable parameters",
+                   hide_negative=True)
+    group.add_argument("--autotune-log-file", action=_OverrideAction,
+                       help="CSV file of the autotuner's samples.")
+    group.add_argument("--autotune-warmup-samples", action=_OverrideAction, type=int,
+                       help="Samples discarded at the start of autotuning.")
+    group.add_argument("--autotune-steps-per-sample", action=_OverrideAction, type=int,
+                       help="Steps per autotuning sample.")
+    group.add_argument("--autotune-bayes-opt-max-samples", action=_OverrideAction, type=int,
+                       help="Maximum samples of the Bayesian optimisation.")
+    group.add_argument("--autotune-gaussian-process-noise", action=_OverrideAction, type=float,
+                       help="Noise of the Gaussian process, in [0, 1].")
+
+    group = parser.add_argument_group("elastic arguments")
+    group.add_argument("--min-np", "--min-num-proc", dest="min_num_proc", type=int,
+                       help="Minimum number of processes (turns on elastic mode).")
+    group.add_argument("--max-np", "--max-num-proc", dest="max_num_proc", type=int,
+                       help="Maximum number of processes in elastic mode.")
+    group.add_argument("--slots-per-host", dest="slots", type=int,
+                       help="Slots of a discovered host given without :<slots>.")
+    group.add_argument("--elastic-timeout", type=int,
+                       help="Seconds to wait for the minimum number of slots (default: "
+                            "HOROVOD_ELASTIC_TIMEOUT or %d)." % DEFAULT_ELASTIC_TIMEOUT_S)
+    group.add_argument("--reset-limit", type=int, help="Maximum number of elastic resets.")
+    group.add_argument("--blacklist-cooldown-range", dest="cooldown_range", type=int, nargs=2,
+                       help="Lower and upper bound (seconds) of a blacklisted host's cooldown.")
+
+    group = parser.add_argument_group("timeline arguments")
+    group.add_argument("--timeline-filename", action=_OverrideAction,
+                       help="Write a timeline of the job to this file (HOROVOD_TIMELINE).")
+    _add_bool_pair(group, "timeline-mark-cycles", "timeline_mark_cycles",
+                   "marking cycles in the timeline", hide_negative=True)
+
+    group = parser.add_argument_group("stall check arguments")
+    stall_check = group.add_mutually_exclusive_group()
+    stall_check.add_argument("--no-stall-check", dest="no_stall_check",
+                             action=_OverrideConstAction, const=True,
+                             help="Disable the stall check.")
+    stall_check.add_argument("--stall-check", dest="no_stall_check", action=_OverrideConstAction,
+                             const=False, help=argparse.SUPPRESS)
+    group.add_argument("--stall-check-warning-time-seconds", action=_OverrideAction, type=int,
+                       help="Seconds before a stalled tensor is reported.")
+    group.add_argument("--stall-check-shutdown-time-seconds", action=_OverrideAction, type=int,
+                       help="Seconds before a stall shuts the job down.")
+
+    group = parser.add_argument_group("library arguments")
+    _add_bool_pair(group, "mpi-threads-disable", "mpi_threads_disable",
+                   "disabling MPI threading", hide_negative=True)
+    group.add_argument("--mpi-args", help="Extra arguments for mpirun (use --mpi-args=\"...\").")
+    group.add_argument("--tcp", dest="tcp_flag", action="store_true",
+                       help="Use TCP only (NCCL_IB_DISABLE=1).")
+    group.add_argument("--binding-args", help="Process binding arguments for mpirun.")
+    group.add_argument("--num-nccl-streams", action=_OverrideAction, type=int,
+                       help="NCCL streams per device (HOROVOD_NUM_NCCL_STREAMS).")
+    group.add_argument("--thread-affinity", action=_OverrideAction, type=int,
+                       help="CPU core of the background thread (HOROVOD_THREAD_AFFINITY).")
+    group.add_argument("--gloo-timeout-seconds", action=_OverrideAction, type=int,
+                       help="Gloo rendezvous and operation timeout in seconds.")
+
+    group = parser.add_argument_group("logging arguments")
+    group.add_argument("--log-level", action=_OverrideAction, choices=config_parser.LOG_LEVELS,
+                       help="Horovod log level (HOROVOD_LOG_LEVEL).")
+    timestamps = group.add_mutually_exclusive_group()
+    timestamps.add_argument("--log-with-timestamp", dest="log_with_timestamp",
+                            action=_OverrideConstAction, const=True, help=argparse.SUPPRESS)
+    timestamps.add_argument("--log-without-timestamp", dest="log_with_timestamp",
+                            action=_OverrideConstAction, const=False,
+                            help="Hide the timestamp in Horovod's log lines.")
+    timestamps.add_argument("-prefix-timestamp", "--prefix-output-with-timestamp",
+                            dest="prefix_output_with_timestamp", action="store_true",
+                            help="Prefix every forwarded output line with the local time.")
+    timestamps.add_argument("--log-hide-timestamp", dest="log_with_timestamp",
+                            action=_DeprecatedLogHideAction, const=False,
+                            help=argparse.SUPPRESS)
+    timestamps.add_argument("--no-log-hide-timestamp", dest="log_with_timestamp",
+                            action=_DeprecatedLogHideAction, const=True,
+                            help=argparse.SUPPRESS)
+
+    group = parser.add_argument_group("host arguments")
+    host_options = group.add_mutually_exclusive_group()
+    host_options.add_argument("-H", "--hosts", help="Hosts and slots, e.g. host1:2,host2:4.")
+    host_options.add_argument("-hostfile", "--hostfile",
+                              help="File of '<host> slots=<n>' lines.")
+    host_options.add_argument("--host-discovery-script", action=_OverrideAction,
+                              help="Executable printing the available hosts (elastic mode).")
+
+    group = parser.add_argument_group("controller arguments")
+    controllers = group.add_mutually_exclusive_group()
+    controllers.add_argument("--gloo", dest="use_gloo", action="store_true",
+                             help="Use the launcher-rendezvous (Gloo) controller.")
+    controllers.add_argument("--mpi", dest="use_mpi", action="store_true",
+                             help="Use mpirun.")
+    controllers.add_argument("--jsrun", dest="use_jsrun", action="store_true",
+                             help="Use jsrun (LSF).")
+    return parser
+
+
+def parse_args(argv=None):
+    """Parse ``horovodrun`` arguments (``sys.argv[1:]`` when ``argv`` is None).
+
+    Applies ``--config-file`` (explicit flags win), validates, sets ``run_func`` and
+    ``executable`` to None and handles ``--check-build`` (prints and exits 0). Exits with
+    status 2 and a usage message for bad arguments.
+    """
+    parser = _make_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "override_args"):
+        args.override_args = set()
+
+    if args.config_file:
+        try:
+            with open(args.config_file) as f:
+                config = yaml.load(f, Loader=yaml.FullLoader) or {}
+            config_parser.set_args_from_config(args, config, args.override_args)
+        except (OSError, yaml.YAMLError, ValueError) as e:
+            parser.error("cannot use config file %s: %s" % (args.config_file, e))
+    try:
+        config_parser.validate_config_args(args)
+    except ValueError as e:
+        parser.error(str(e))
+
+    args.run_func = None
+    args.executable = None
+
+    if args.check_build:
+        check_build(args.verbose)
+    if args.num_proc is None:
+        parser.error("argument -np/--num-proc is required")
+    if not args.command:
+        parser.error("no command to run was given")
+    return args
+
+
+def check_build(verbose):
+    """Print the build summary of the installed Horovod and exit with status 0.
+
+    Exits with status 1 and a message when ``horovod.common.util`` cannot be imported.
+    """
+    try:
+        from horovod.common import util
+    except ImportError as e:
+        sys.exit("horovodrun --check-build needs horovod-core, which cannot be imported: %s" % e)
+
+    def mark(available):
+        return "X" if available else " "
+
+    frameworks = [("TensorFlow", "tensorflow"), ("PyTorch", "torch"), ("MXNet", "mxnet")]
+    lines = ["Horovod v%s:" % _horovod_version(), "", "Available Frameworks:"]
+    lines += ["    [%s] %s" % (mark(util.extension_available(ext, verbose=verbose)), name)
+              for name, ext in frameworks]
+    lines += ["", "Available Controllers:",
+              "    [%s] MPI" % mark(util.mpi_built(verbose=verbose)),
+              "    [%s] Gloo" % mark(util.gloo_built(verbose=verbose)),
+              "", "Available Tensor Operations:",
+              "    [%s] NCCL" % mark(util.nccl_built(verbose=verbose)),
+              "    [%s] DDL" % mark(util.ddl_built(verbose=verbose)),
+              "    [%s] CCL" % mark(util.ccl_built(verbose=verbose)),
+              "    [%s] MPI" % mark(util.mpi_built(verbose=verbose)),
+              "    [%s] Gloo" % mark(util.gloo_built(verbose=verbose))]
+    if verbose:
+        print("")
+    print("\n".join(lines))
+    sys.exit(0)
+
+
+def _is_elastic(args):
+    return args.host_discovery_script is not None or args.min_num_proc is not None
+
+
+def _run(args):
+    """Run the job described by ``args`` (a parsed Namespace); returns None in command mode.
+
+    Raises ``RuntimeError`` when the job fails and ``ValueError`` for an unusable setup.
+    """
+    if not args.hosts and not args.host_discovery_script:
+        if args.hostfile:
+            args.hosts = hosts.parse_host_files(args.hostfile)
+        else:
+            args.hosts = "localhost:%d" % args.num_proc
+    if _is_elastic(args):
+        return _run_elastic(args)
+    return _run_static(args)
+
+
+def _run_elastic(args):
+    raise ValueError("elastic mode (--min-np, --max-np, --host-discovery-script) is not "
+                     "implemented in this release of horovodrun")
+
+
+def _run_static(args):
+    """Check the hosts and interfaces, then launch the job (see the spec's static flow)."""
+    start_timeout = args.start_timeout
+    if start_timeout is None:
+        start_timeout = int(os.environ.get("HOROVOD_START_TIMEOUT", DEFAULT_START_TIMEOUT_S))
+    settings = hvd_settings.Settings(
+        verbose=2 if args.verbose else 0,
+        ssh_port=args.ssh_port,
+        ssh_identity_file=args.ssh_identity_file,
+        extra_mpi_args=args.mpi_args,
+        tcp_flag=args.tcp_flag,
+        binding_args=args.binding_args,
+        key=secret.make_secret_key(),
+        start_timeout=timeout.Timeout(start_timeout, message=START_TIMEOUT_MESSAGE),
+        num_proc=args.num_proc,
+        hosts=args.hosts,
+        output_filename=args.output_filename,
+        run_func_mode=args.run_func is not None,
+        nics=args.nics,
+        prefix_output_with_timestamp=args.prefix_output_with_timestamp)
+    if args.run_func is not None:
+        raise ValueError("running a Python function (horovod.run) is not implemented in this "
+                         "release; run a command with horovodrun instead")
+
+    all_host_names, _ = hosts.parse_hosts_and_slots(args.hosts)
+    if settings.verbose >= 2:
+        print("Filtering local host names.", flush=True)
+    remote_host_names = network.filter_local_addresses(all_host_names)
+    if settings.verbose >= 2:
+        print("Remote host found: " + " ".join(remote_host_names), flush=True)
+    if remote_host_names:
+        raise ValueError("host(s) %s are not local: launching on remote hosts over ssh is not "
+                         "available yet in this release of horovodrun; use local hosts only "
+                         "(e.g. -H localhost:%d)" % (", ".join(remote_host_names), args.num_proc))
+
+    if settings.verbose >= 2:
+        print("All hosts are local, finding the interfaces with address 127.0.0.1", flush=True)
+    nics = network.get_loopback_intfs(args.nics)
+    if not nics:
+        raise ValueError("no network interface holds the address 127.0.0.1"
+                         + (" among %s" % ", ".join(sorted(args.nics)) if args.nics else ""))
+    if settings.verbose >= 2:
+        print("Local interface found " + " ".join(nics), flush=True)
+    _launch_job(args, settings, nics, args.command)
+
+
+def _launch_job(args, settings, nics, command):
+    env = os.environ.copy()
+    config_parser.set_env_from_args(env, args)
+    driver_ip = network.get_driver_ip(nics)
+    run_controller(args.use_gloo,
+                   lambda: gloo_launcher.gloo_run(settings, nics, env, driver_ip, command),
+                   args.use_mpi, _mpi_run_unavailable,
+                   args.use_jsrun, _js_run_unavailable,
+                   settings.verbose)
+
+
+def _mpi_run_unavailable():
+    raise ValueError("launching with mpirun (--mpi) is not implemented in this release of "
+                     "horovodrun; use --gloo")
+
+
+def _js_run_unavailable():
+    raise ValueError("launching with jsrun (--jsrun) is not implemented in this release of "
+                     "horovodrun; use --gloo")
+
+
+GLOO_NOT_BUILT = ("Gloo support has not been built.  If this is not expected, ensure CMake is "
+                  "installed and reinstall Horovod with HOROVOD_WITH_GLOO=1 to debug the build "
+                  "error.")
+MPI_NOT_BUILT = ("MPI support has not been built.  If this is not expected, ensure MPI is "
+                 "installed and reinstall Horovod with HOROVOD_WITH_MPI=1 to debug the build "
+                 "error.")
+NO_LSF_JOB = ("Horovod did not detect an LSF job.  The jsrun launcher can only be used in that "
+              "environment. Please, pick a different launcher for other environments.")
+NOTHING_BUILT = ("Neither MPI nor Gloo support has been built. Try reinstalling Horovod ensuring "
+                 "that either MPI is installed (MPI) or CMake is installed (Gloo).")
+
+
+def is_gloo_used(use_gloo=None, use_mpi=None, use_jsrun=None):
+    """True when :func:`run_controller` would pick the Gloo launcher for these flags."""
+    return bool(use_gloo or (not use_mpi and not use_jsrun and not mpi_built()))
+
+
+def run_controller(use_gloo, gloo_run, use_mpi, mpi_run, use_jsrun, js_run, verbosity):
+    """Call ``gloo_run``, ``mpi_run`` or ``js_run`` (no arguments) as the flags and build allow.
+
+    An explicit flag needs its support built; without a flag MPI is preferred when built (jsrun
+    inside an LSF job), else Gloo. Raises ``ValueError`` naming what is missing.
+    """
+    verbose = verbosity is not None and verbosity >= 2
+    if use_gloo:
+        if not gloo_built(verbose=verbose):
+            raise ValueError(GLOO_NOT_BUILT)
+        gloo_run()
+    elif use_mpi:
+        if not mpi_built(verbose=verbose):
+            raise ValueError(MPI_NOT_BUILT)
+        mpi_run()
+    elif use_jsrun:
+        if not mpi_built(verbose=verbose):
+            raise ValueError(MPI_NOT_BUILT)
+        if not _using_lsf():
+            raise ValueError(NO_LSF_JOB)
+        js_run()
+    elif mpi_built(verbose=verbose):
+        if _using_lsf() and is_jsrun_installed():
+            js_run()
+        else:
+            mpi_run()
+    elif gloo_built(verbose=verbose):
+        gloo_run()
+    else:
+        raise ValueError(NOTHING_BUILT)
+
+
+def run_commandline():
+    """Entry point of the ``horovodrun`` console script.
+
+    Exits 0 when every worker exited 0, and 1 with a message on stderr when the job failed or
+    could not be started.
+    """
+    args = parse_args()
+    if args.log_level:
+        logging.addLevelName(logging.NOTSET, "TRACE")
+        logging.basicConfig(level=logging.getLevelName(args.log_level))
+    try:
+        _run(args)
+    except (RuntimeError, ValueError, OSError, timeout.TimeoutException) as e:
+        print("horovodrun: error: %s" % e, file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    run_commandline()
