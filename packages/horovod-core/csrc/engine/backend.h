@@ -1,0 +1,67 @@
+// The interface every backend implements (csrc/backends/<name>/), and the registry through which
+// the engine creates them by name. The engine never refers to a concrete backend.
+//
+// A backend instance serves one communicator (a set of ranks). It offers the data collectives on
+// raw buffers and the control-plane primitives the controller negotiates with. All calls happen
+// on the engine's background thread, one at a time, in the same order on every rank. Failures
+// (a lost peer, a timeout) are thrown as std::exception.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "store.h"
+
+namespace horovod {
+
+struct BackendOptions {
+  int rank = 0;
+  int size = 1;
+  Store* store = nullptr;      // rendezvous; only used while the backend is being created
+  std::string key_prefix;      // distinguishes communicators and successive inits in the store
+  std::string iface;           // network interface for the data transport ("" = by hostname)
+  std::string hostname;        // address to listen on when no interface is given
+  std::chrono::milliseconds timeout{30000};
+};
+
+class Backend {
+ public:
+  explicit Backend(const BackendOptions& options) : rank_(options.rank), size_(options.size) {}
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Control plane. Gatherv returns every rank's bytes on `root` (empty elsewhere); Broadcast
+  // replaces `data` on non-roots with root's bytes.
+  virtual std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) = 0;
+  virtual void Broadcast(std::vector<char>& data, int root) = 0;
+
+  // Data collectives. `count` is in elements of `dtype`; byte counts are per rank.
+  virtual void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
+  virtual void Allgatherv(const void* input, void* output, const std::vector<int64_t>& bytes_per_rank) = 0;
+  virtual void Broadcast(void* buffer, int64_t num_bytes, int root) = 0;
+  virtual void Barrier() = 0;
+
+ protected:
+  int rank_;
+  int size_;
+};
+
+using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendOptions&)>;
+
+class BackendRegistry {
+ public:
+  // Called from a static initialiser in each built backend's source file.
+  static bool Register(const std::string& name, BackendFactory factory);
+  static bool Built(const std::string& name);
+  static std::vector<std::string> Names();
+  // Throws EngineError(PRECONDITION_ERROR) naming the backend when it was not built.
+  static std::unique_ptr<Backend> Create(const std::string& name, const BackendOptions& options);
+};
+
+}  // namespace horovod

@@ -1,0 +1,68 @@
+// Requests (what a rank wants to run) and responses (what the coordinator decided every rank runs),
+// with their byte encoding for the control plane.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace horovod {
+
+struct Request {
+  int32_t rank = 0;
+  RequestType type = RequestType::ALLREDUCE;
+  DataType dtype = DataType::FLOAT32;
+  std::string name;
+  std::vector<int64_t> shape;
+  int32_t root_rank = -1;
+  ReduceOp reduce_op = ReduceOp::SUM;
+  double prescale_factor = 1.0;
+  double postscale_factor = 1.0;
+  int32_t device = kCpuDevice;
+  // Requests submitted together (grouped ops) share a group id (0: not grouped); with
+  // HOROVOD_DISABLE_GROUP_FUSION only members of one group are fused together.
+  int64_t group_id = 0;
+};
+
+struct RequestList {
+  std::vector<Request> requests;
+  bool shutdown = false;
+};
+
+enum class ResponseType : int32_t {
+  ALLREDUCE = 0, ALLGATHER = 1, BROADCAST = 2, JOIN = 3, ADASUM = 4,
+  ALLTOALL = 5, BARRIER = 6, REDUCESCATTER = 7, ERROR = 8,
+};
+
+const char* ResponseTypeName(ResponseType type);
+
+// One operation every rank executes, possibly covering several fused tensors.
+struct Response {
+  ResponseType type = ResponseType::ALLREDUCE;
+  std::vector<std::string> names;
+  std::string error_message;
+  DataType dtype = DataType::FLOAT32;
+  ReduceOp reduce_op = ReduceOp::SUM;
+  double prescale_factor = 1.0;
+  double postscale_factor = 1.0;
+  int32_t root_rank = -1;
+  int32_t device = kCpuDevice;
+  int64_t group_id = 0;
+  // ALLREDUCE: number of elements of each tensor. ALLGATHER: for each tensor, the first
+  // dimension contributed by every rank (names.size() * size entries, tensor-major).
+  std::vector<int64_t> tensor_sizes;
+};
+
+struct ResponseList {
+  std::vector<Response> responses;
+  bool shutdown = false;
+};
+
+std::vector<char> Serialize(const RequestList& list);
+RequestList DeserializeRequestList(const std::vector<char>& bytes);
+std::vector<char> Serialize(const ResponseList& list);
+ResponseList DeserializeResponseList(const std::vector<char>& bytes);
+
+}  // namespace horovod

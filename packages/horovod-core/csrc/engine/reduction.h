@@ -1,0 +1,27 @@
+// Element-wise reductions and scaling on CPU buffers, shared by every CPU backend.
+//
+// float16 and bfloat16 are combined in float32 and rounded back (round to nearest even) after
+// each pairwise step, as spec core.md §6.2 requires. Scaling follows §6.2 too: integers are scaled
+// in float64 and truncated toward zero, float16/bfloat16 in float32, float32 with the factor cast
+// to float32, float64 in float64.
+#pragma once
+
+#include <cstdint>
+
+#include "common.h"
+
+namespace horovod {
+
+// dst[i] = op(a[i], b[i]) for i < n; dst may alias a or b. `op` is SUM, MIN, MAX or PRODUCT
+// (AVERAGE is SUM followed by Scale). On bool, SUM and MAX are "or", MIN and PRODUCT are "and".
+void Reduce(void* dst, const void* a, const void* b, int64_t n, DataType dtype, ReduceOp op);
+
+// buf[i] *= factor for i < n.
+void Scale(void* buf, int64_t n, DataType dtype, double factor);
+
+float HalfToFloat(uint16_t h);
+uint16_t FloatToHalf(float f);
+float BFloat16ToFloat(uint16_t b);
+uint16_t FloatToBFloat16(float f);
+
+}  // namespace horovod

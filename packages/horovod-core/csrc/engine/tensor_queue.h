@@ -1,0 +1,96 @@
+// Tensors waiting for negotiation and the handles callers wait on.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common.h"
+#include "message.h"
+
+namespace horovod {
+
+// A contiguous tensor owned by the caller, who keeps it alive until its handle completes.
+struct TensorView {
+  void* data = nullptr;
+  DataType dtype = DataType::FLOAT32;
+  std::vector<int64_t> shape;
+  int32_t device = kCpuDevice;
+  int64_t num_elements() const { return NumElements(shape); }
+  size_t num_bytes() const { return static_cast<size_t>(num_elements()) * DataTypeSize(dtype); }
+};
+
+// A 64-byte aligned buffer the engine allocates for outputs whose shape is known only after
+// negotiation (allgather). It is handed to Python through DLPack and freed with its last owner.
+class OutputBuffer {
+ public:
+  OutputBuffer(DataType dtype, std::vector<int64_t> shape);
+  ~OutputBuffer();
+  OutputBuffer(const OutputBuffer&) = delete;
+  OutputBuffer& operator=(const OutputBuffer&) = delete;
+  void* data() const { return data_; }
+  DataType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  size_t num_bytes() const { return static_cast<size_t>(NumElements(shape_)) * DataTypeSize(dtype_); }
+
+ private:
+  void* data_ = nullptr;
+  DataType dtype_;
+  std::vector<int64_t> shape_;
+};
+
+// Completion state of one handle, covering one tensor or a group submitted together. Completed by
+// the background thread; waited on by any caller thread.
+class HandleState {
+ public:
+  explicit HandleState(size_t num_tensors) : remaining_(num_tensors), outputs_(num_tensors) {}
+  void Complete(size_t index, const Status& status, std::shared_ptr<OutputBuffer> output = nullptr);
+  bool done();
+  // Waits up to `timeout`; returns whether the handle is done.
+  bool WaitFor(std::chrono::milliseconds timeout);
+  Status status();
+  std::vector<std::shared_ptr<OutputBuffer>> outputs();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t remaining_;
+  Status status_;
+  std::vector<std::shared_ptr<OutputBuffer>> outputs_;
+};
+
+struct TensorTableEntry {
+  std::string name;
+  TensorView input;
+  TensorView output;  // caller-provided output (may alias input); empty for allgather
+  std::shared_ptr<HandleState> handle;
+  size_t index = 0;  // position within the handle's group
+};
+
+// Requests submitted since the last cycle plus every entry not yet executed, keyed by name.
+class TensorQueue {
+ public:
+  // Adds a group atomically. Throws EngineError: INVALID_ARGUMENT when a name is already in flight
+  // on this rank, or the close status when the queue was closed by shutdown or a failure.
+  void Add(std::vector<Request> requests, std::vector<TensorTableEntry> entries);
+  std::vector<Request> PopRequests();
+  bool HasPendingRequests();
+  // Removes and returns the entry for `name`; throws std::logic_error if it is unknown.
+  TensorTableEntry Take(const std::string& name);
+  // Refuses further Adds with `status` and returns everything still queued.
+  std::vector<TensorTableEntry> Close(const Status& status);
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, TensorTableEntry> table_;
+  std::vector<Request> pending_;
+  bool closed_ = false;
+  Status close_status_;
+};
+
+}  // namespace horovod

@@ -1,0 +1,194 @@
+"""Initialisation, topology queries and build queries shared by every framework package."""
+
+import atexit
+import threading
+
+from horovod.common import _core
+from horovod.common.exceptions import HorovodInternalError  # noqa: F401  (re-exported by bindings)
+
+
+class _RendezvousStore:
+    """Adapts the launcher's rendezvous client to the engine's store interface (set/get of bytes),
+    within one scope."""
+
+    def __init__(self, client, scope):
+        self._client = client
+        self._scope = scope
+
+    def set(self, key, value):
+        self._client.set(self._scope, key, value)
+
+    def get(self, key):
+        return self._client.get(self._scope, key)
+
+
+class HorovodBasics:
+    """Basics of one Horovod process; each framework package creates one and re-exports its
+    methods (``hvd.init``, ``hvd.rank``, ...). All instances share the process's single engine."""
+
+    Average = 0
+    Sum = 1
+    Adasum = 2
+    Min = 3
+    Max = 4
+    Product = 5
+
+    HOROVOD_PROCESS_SET_ERROR_INIT = -1
+    HOROVOD_PROCESS_SET_ERROR_DYNAMIC = -2
+    HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET = -3
+    HOROVOD_PROCESS_SET_ERROR_FOREIGN_SET = -4
+    HOROVOD_PROCESS_SET_ERROR_SHUTDOWN = -5
+    HOROVOD_PROCESS_SET_ERROR_EXISTING_SET = -6
+
+    _lock = threading.Lock()
+    _init_count = 0
+    _atexit_registered = False
+
+    def __init__(self, pkg_path=None, *args):
+        # pkg_path is accepted for upstream compatibility; there is no per-framework library.
+        self._pkg_path = pkg_path
+
+    def init(self, comm=None, process_sets=None):
+        """Starts Horovod in this process: reads the HOROVOD_* environment, rendezvouses with the
+        other ranks through the launcher's store, and starts the background engine. Calling it
+        again while initialised does nothing.
+
+        Args:
+            comm: None or [] for every process of the job. Lists of ranks and mpi4py
+                communicators need the MPI controller, which this build does not have.
+            process_sets: None. Static and dynamic process sets come in a later release.
+
+        Raises:
+            ValueError: a HOROVOD_* variable is invalid, ``comm`` or ``process_sets`` asks for
+                something this build cannot do, or initialisation failed (the message says why,
+                for example a rendezvous timeout).
+        """
+        if comm not in (None, []):
+            raise ValueError(
+                "hvd.init(comm=...) needs the MPI controller (a list of ranks or an mpi4py "
+                "communicator), and this build of Horovod was not built with MPI; call hvd.init() "
+                "without comm.")
+        if process_sets not in (None, []):
+            raise ValueError(
+                "hvd.init(process_sets=...) is not supported by this release of Horovod: only the "
+                "global process set exists yet.")
+        with HorovodBasics._lock:
+            if _core.is_initialized():
+                return
+            env = _core.read_environment()
+            config = _core.parse_config(env)
+            store = None
+            if config["size"] > 1:
+                if not config["rendezvous_addr"]:
+                    raise ValueError(
+                        f"HOROVOD_SIZE={config['size']} but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: "
+                        "start multi-process jobs with horovodrun, which provides the rendezvous "
+                        "service.")
+                from horovod.common.rendezvous import RendezvousClient
+                client = RendezvousClient(config["rendezvous_addr"], config["rendezvous_port"],
+                                          timeout_s=config["gloo_timeout_seconds"])
+                store = _RendezvousStore(client, "global")
+            HorovodBasics._init_count += 1
+            # Every rank inits the same number of times, so the prefix keeps the keys of
+            # successive inits against one rendezvous service apart.
+            prefix = f"init{HorovodBasics._init_count}."
+            try:
+                _core.init(env, store, prefix)
+            except Exception as e:
+                raise ValueError(f"Horovod initialization failed: {e}. See the log output above "
+                                 "for details.") from e
+            if not HorovodBasics._atexit_registered:
+                atexit.register(_core.shutdown)
+                HorovodBasics._atexit_registered = True
+        from horovod.common import process_sets as _process_sets
+        _process_sets._init_process_sets(self)
+
+    def shutdown(self):
+        """Stops Horovod on every rank: pending operations everywhere fail with
+        HorovodInternalError. Safe to call when not initialised; init() may follow."""
+        _core.shutdown()
+
+    def is_initialized(self):
+        """Whether Horovod is initialised in this process."""
+        return _core.is_initialized()
+
+    def size(self):
+        """Number of processes in the job. Raises ValueError when not initialised."""
+        return _core.size()
+
+    def local_size(self):
+        """Number of processes on this host. Raises ValueError when not initialised."""
+        return _core.local_size()
+
+    def cross_size(self):
+        """Number of hosts with a process of this local rank. Raises ValueError when not initialised."""
+        return _core.cross_size()
+
+    def rank(self):
+        """Global rank of this process, 0..size()-1. Raises ValueError when not initialised."""
+        return _core.rank()
+
+    def local_rank(self):
+        """Index of this process among those on its host. Raises ValueError when not initialised."""
+        return _core.local_rank()
+
+    def cross_rank(self):
+        """Index of this host among the hosts with a process of this local rank. Raises ValueError
+        when not initialised."""
+        return _core.cross_rank()
+
+    def is_homogeneous(self):
+        """Whether every host runs the same number of processes. Raises ValueError when not
+        initialised."""
+        return _core.is_homogeneous()
+
+    def mpi_threads_supported(self):
+        """Raises ValueError: the MPI controller is not in use (not built)."""
+        if not _core.is_initialized():
+            raise ValueError("Horovod has not been initialized; use hvd.init().")
+        raise ValueError("mpi_threads_supported() needs the MPI controller, which is not in use "
+                         "(this build of Horovod has no MPI).")
+
+    def mpi_enabled(self):
+        """Whether the MPI controller is in use: never in this build."""
+        return False
+
+    def mpi_built(self):
+        """Whether Horovod was built with MPI."""
+        return "mpi" in _core.built_backends()
+
+    def gloo_enabled(self):
+        """Whether the Gloo controller is in use."""
+        return _core.is_initialized() and _core.backend_name() == "gloo"
+
+    def gloo_built(self):
+        """Whether Horovod was built with Gloo."""
+        return "gloo" in _core.built_backends()
+
+    def nccl_built(self):
+        """NCCL version code when built with NCCL, else 0."""
+        return 0
+
+    def ddl_built(self):
+        return False
+
+    def ccl_built(self):
+        return False
+
+    def cuda_built(self):
+        return False
+
+    def rocm_built(self):
+        return False
+
+    def start_timeline(self, file_path, mark_cycles=False):
+        """Raises ValueError: the timeline comes in a later release."""
+        if not _core.is_initialized():
+            raise ValueError("Horovod has not been initialized; use hvd.init().")
+        raise ValueError("The timeline is not available in this release of Horovod.")
+
+    def stop_timeline(self):
+        """Raises ValueError: the timeline comes in a later release."""
+        if not _core.is_initialized():
+            raise ValueError("Horovod has not been initialized; use hvd.init().")
+        raise ValueError("The timeline is not available in this release of Horovod.")
