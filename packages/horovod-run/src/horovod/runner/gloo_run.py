@@ -95,6 +95,9 @@ class _Job:
         self.settings = settings
         self.env = env
         self.run_vars = run_vars
+        # One argument is taken as a shell command line ("cmd1 && cmd2"), as upstream does.
+        if not isinstance(command, str) and len(command) == 1:
+            command = command[0]
         self.command = command
         self.shutdown_event, self._restore_signals = register_shutdown_event()
         self.terminate_all_event = threading.Event()
@@ -174,7 +177,8 @@ def gloo_run(settings, nics, env, server_ip, command):
         nics: interface names (Gloo uses the first).
         env: the base environment of the workers (a mapping).
         server_ip: address at which workers reach the rendezvous server.
-        command: list of program arguments, or one string run by the shell.
+        command: list of program arguments, or one string (or a one-item list) run by
+            ``/bin/sh -c``.
 
     Raises:
         RuntimeError: a worker exited with a non-zero status (the message names the first

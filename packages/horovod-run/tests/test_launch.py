@@ -1,0 +1,285 @@
+"""horovodrun end to end: real launcher and worker processes on the local host."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+LAUNCH_TIMEOUT_S = 120
+
+# Reports its environment, checks that the job secret appears in no process's command line,
+# and exchanges a key with the next rank through the rendezvous server.
+ENV_WORKER = textwrap.dedent("""
+    import json, os, sys
+    import psutil
+    from horovod.common.rendezvous import RendezvousClient
+
+    secret = os.environ["_HOROVOD_SECRET_KEY"]
+    leaks = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if any(secret in arg for arg in (proc.info["cmdline"] or [])):
+            leaks.append(proc.info["pid"])
+    rank, size = int(os.environ["HOROVOD_RANK"]), int(os.environ["HOROVOD_SIZE"])
+    client = RendezvousClient(os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
+                              int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]))
+    client.set("test", str(rank), ("greetings from %d" % rank).encode())
+    peer = client.get("test", str((rank + 1) % size), timeout_s=60).decode()
+    env = {k: v for k, v in os.environ.items()
+           if k.startswith(("HOROVOD_", "NCCL_")) or k == "PYTHONUNBUFFERED"}
+    print("RESULT " + json.dumps({"env": env, "secret": secret, "leaks": leaks, "peer": peer,
+                                  "argv": sys.argv}))
+    print("to stderr from %d" % rank, file=sys.stderr)
+""")
+
+# Rank FAIL_RANK fails as told by argv[1] ('exit3' or 'kill') once every rank has started;
+# the others report their pid and sleep.
+FAILING_WORKER = textwrap.dedent("""
+    import os, signal, sys, time
+    rank = int(os.environ["HOROVOD_RANK"])
+    print("PID %d" % os.getpid(), flush=True)
+    if rank == int(sys.argv[2]):
+        time.sleep(1.5)
+        if sys.argv[1] == "exit3":
+            sys.exit(3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(600)
+""")
+
+SLEEPING_WORKER = textwrap.dedent("""
+    import os, time
+    print("PID %d" % os.getpid(), flush=True)
+    time.sleep(600)
+""")
+
+
+def _horovodrun(args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "horovod.runner.launch"] + args,
+                          capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, **kwargs)
+
+
+def _script(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _lines(output, rank, stream="stdout"):
+    prefix = "[%d]<%s>:" % (rank, stream)
+    return [line[len(prefix):] for line in output.splitlines() if line.startswith(prefix)]
+
+
+def _results(output, num_proc):
+    results = {}
+    for rank in range(num_proc):
+        payloads = [l[len("RESULT "):] for l in _lines(output, rank) if l.startswith("RESULT ")]
+        assert len(payloads) == 1, output
+        results[rank] = json.loads(payloads[0])
+    return results
+
+
+def _pids(output, ranks):
+    return {rank: int(_lines(output, rank)[0].split()[1]) for rank in ranks}
+
+
+def _wait_gone(pid, timeout_s=10):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_two_workers_environment_output_and_rendezvous(tmp_path):
+    worker = _script(tmp_path, "w.py", ENV_WORKER)
+    run = _horovodrun(["-np", "2", sys.executable, worker])
+    assert run.returncode == 0, run.stderr
+    results = _results(run.stdout, 2)
+    secrets = {r["secret"] for r in results.values()}
+    assert len(secrets) == 1 and len(secrets.pop()) == 64  # 32 bytes, hex
+    for rank, result in results.items():
+        env = result["env"]
+        assert env["HOROVOD_RANK"] == str(rank)
+        assert env["HOROVOD_SIZE"] == "2"
+        assert env["HOROVOD_LOCAL_RANK"] == str(rank)
+        assert env["HOROVOD_LOCAL_SIZE"] == "2"
+        assert env["HOROVOD_CROSS_RANK"] == "0"
+        assert env["HOROVOD_CROSS_SIZE"] == "1"
+        assert env["HOROVOD_HOSTNAME"] == "localhost"
+        assert env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "127.0.0.1"
+        assert int(env["HOROVOD_GLOO_RENDEZVOUS_PORT"]) > 0
+        assert env["HOROVOD_CONTROLLER"] == "gloo"
+        assert env["HOROVOD_CPU_OPERATIONS"] == "gloo"
+        assert env["HOROVOD_GLOO_IFACE"] == "lo"
+        assert env["PYTHONUNBUFFERED"] == "1"
+        assert result["leaks"] == []
+        assert result["peer"] == "greetings from %d" % ((rank + 1) % 2)
+        assert _lines(run.stderr, rank, "stderr") == ["to stderr from %d" % rank]
+    assert results[0]["secret"] not in run.stdout.replace(json.dumps(results[0]["secret"]), "")
+
+
+def test_hosts_flag_and_tuning_flags_reach_workers(tmp_path):
+    worker = _script(tmp_path, "w.py", ENV_WORKER)
+    run = _horovodrun(["-np", "3", "-H", "localhost:3", "--fusion-threshold-mb", "2",
+                       "--cycle-time-ms", "3.5", "--cache-capacity", "0",
+                       "--gloo-timeout-seconds", "45", "--log-level", "DEBUG",
+                       "--no-stall-check", "--start-timeout", "20",
+                       sys.executable, worker, "--extra", "arg"])
+    assert run.returncode == 0, run.stderr
+    for rank, result in _results(run.stdout, 3).items():
+        env = result["env"]
+        assert env["HOROVOD_SIZE"] == "3" and env["HOROVOD_RANK"] == str(rank)
+        assert env["HOROVOD_FUSION_THRESHOLD"] == str(2 * 1024 * 1024)
+        assert env["HOROVOD_CYCLE_TIME"] == "3.5"
+        assert env["HOROVOD_CACHE_CAPACITY"] == "0"
+        assert env["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "45"
+        assert env["HOROVOD_LOG_LEVEL"] == "DEBUG"
+        assert env["HOROVOD_STALL_CHECK_DISABLE"] == "1"
+        assert result["argv"][1:] == ["--extra", "arg"]
+
+
+def test_hostfile(tmp_path):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=2\n")
+    run = _horovodrun(["-np", "2", "--hostfile", str(hostfile), sys.executable, "-c",
+                       "import os; print(os.environ['HOROVOD_LOCAL_SIZE'])"])
+    assert run.returncode == 0, run.stderr
+    assert _lines(run.stdout, 0) == ["2"] and _lines(run.stdout, 1) == ["2"]
+
+
+def test_exactly_np_workers_when_more_slots(tmp_path):
+    run = _horovodrun(["-np", "1", "-H", "localhost:3", sys.executable, "-c",
+                       "import os; print(os.environ['HOROVOD_SIZE'])"])
+    assert run.returncode == 0, run.stderr
+    assert _lines(run.stdout, 0) == ["1"]
+    assert _lines(run.stdout, 1) == []
+
+
+def test_single_string_runs_in_shell():
+    run = _horovodrun(["-np", "1", "echo first && echo rank=$HOROVOD_RANK"])
+    assert run.returncode == 0, run.stderr
+    assert _lines(run.stdout, 0) == ["first", "rank=0"]
+
+
+def test_worker_exit_code_fails_job_and_stops_others(tmp_path):
+    worker = _script(tmp_path, "w.py", FAILING_WORKER)
+    start = time.monotonic()
+    run = _horovodrun(["-np", "2", sys.executable, worker, "exit3", "0"])
+    assert time.monotonic() - start < 30
+    assert run.returncode != 0
+    assert "Process 0 exit with status code 3." in run.stdout
+    assert "Terminating remaining workers after failure of Process 0." in run.stdout
+    assert "one or more processes exited with non-zero status" in run.stderr
+    assert "Process name: 0\nExit code: 3" in run.stderr
+    assert _wait_gone(_pids(run.stdout, [1])[1])
+
+
+def test_killed_worker_reported_as_137(tmp_path):
+    worker = _script(tmp_path, "w.py", FAILING_WORKER)
+    run = _horovodrun(["-np", "2", sys.executable, worker, "kill", "1"])
+    assert run.returncode != 0
+    assert "Process 1 exit with status code 137." in run.stdout
+    assert "Process name: 1\nExit code: 137" in run.stderr
+    assert _wait_gone(_pids(run.stdout, [0])[0])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_horovodrun_stops_workers(tmp_path, sig):
+    worker = _script(tmp_path, "w.py", SLEEPING_WORKER)
+    proc = subprocess.Popen([sys.executable, "-m", "horovod.runner.launch", "-np", "2",
+                             sys.executable, worker], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    pids = {}
+    try:
+        deadline = time.monotonic() + 60
+        while len(pids) < 2 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            match = re.match(r"\[(\d)\]<stdout>:PID (\d+)", line)
+            if match:
+                pids[int(match.group(1))] = int(match.group(2))
+        assert len(pids) == 2
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert "horovodrun: error" in err
+    for pid in pids.values():
+        assert _wait_gone(pid)
+
+
+def test_output_filename_writes_raw_rank_files(tmp_path):
+    out_dir = tmp_path / "logs"
+    run = _horovodrun(["-np", "2", "--output-filename", str(out_dir), sys.executable, "-c",
+                       "import os, sys; r = os.environ['HOROVOD_RANK']; print('out', r); "
+                       "print('err', r, file=sys.stderr)"])
+    assert run.returncode == 0, run.stderr
+    for rank in range(2):
+        assert (out_dir / ("rank.%d" % rank) / "stdout").read_text() == "out %d\n" % rank
+        assert (out_dir / ("rank.%d" % rank) / "stderr").read_text() == "err %d\n" % rank
+    assert _lines(run.stdout, 1) == ["out 1"]
+
+
+def test_prefix_output_with_timestamp():
+    run = _horovodrun(["-np", "1", "--prefix-output-with-timestamp", sys.executable, "-c",
+                       "print('stamped')"])
+    assert run.returncode == 0, run.stderr
+    assert re.search(r"^\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[0\]<stdout>:stamped$",
+                     run.stdout, re.M), run.stdout
+
+
+def test_verbose_lines_hide_the_secret(tmp_path):
+    worker = _script(tmp_path, "w.py", ENV_WORKER)
+    run = _horovodrun(["-np", "2", "--verbose", sys.executable, worker])
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    for expected in ["Filtering local host names.", "Remote host found: ",
+                     "All hosts are local, finding the interfaces with address 127.0.0.1",
+                     "Local interface found lo"]:
+        assert expected in lines
+    assert any("HOROVOD_RANK=1" in line and worker in line for line in lines)
+    secret = _results(run.stdout, 2)[0]["secret"]
+    launcher_lines = [l for l in lines if not l.startswith("[")]
+    assert not any(secret in l for l in launcher_lines)
+
+
+def test_remote_hosts_are_refused_clearly():
+    run = _horovodrun(["-np", "2", "-H", "localhost:1,remote-host.invalid:1", "true"])
+    assert run.returncode == 1
+    assert "remote-host.invalid" in run.stderr and "ssh" in run.stderr
+
+
+def test_elastic_is_refused_clearly():
+    run = _horovodrun(["-np", "2", "--min-np", "1", "true"])
+    assert run.returncode == 1
+    assert "not implemented in this release" in run.stderr
+
+
+def test_mpi_is_refused_clearly():
+    run = _horovodrun(["-np", "2", "--mpi", "true"])
+    assert run.returncode == 1
+    assert re.search(r"MPI support has not been built|mpirun \(--mpi\) is not implemented",
+                     run.stderr), run.stderr
+
+
+def test_missing_program_fails_job():
+    run = _horovodrun(["-np", "1", "/nonexistent/program", "arg"])
+    assert run.returncode == 1
+    assert "Process 0 could not be started" in run.stderr
+    assert "Exit code: 1" in run.stderr
+    # A single argument runs in the shell, which reports the missing program itself.
+    run = _horovodrun(["-np", "1", "/nonexistent/program"])
+    assert run.returncode == 1
+    assert "Exit code: 127" in run.stderr
