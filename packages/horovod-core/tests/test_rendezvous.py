@@ -20,7 +20,7 @@ def _plan(hosts):
     slots = []
     size = sum(n for _, n in hosts)
     rank = 0
-    for cross_index, (host, n) in enumerate(hosts):
+    for host, n in hosts:
         for local_rank in range(n):
             cross_members = [h for h, m in hosts if m > local_rank]
             slots.append(types.SimpleNamespace(

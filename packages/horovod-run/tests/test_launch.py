@@ -1,7 +1,6 @@
 """horovodrun end to end: real launcher and worker processes on the local host."""
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -78,7 +77,8 @@ def _lines(output, rank, stream="stdout"):
 def _results(output, num_proc):
     results = {}
     for rank in range(num_proc):
-        payloads = [l[len("RESULT "):] for l in _lines(output, rank) if l.startswith("RESULT ")]
+        payloads = [line[len("RESULT "):] for line in _lines(output, rank)
+                    if line.startswith("RESULT ")]
         assert len(payloads) == 1, output
         results[rank] = json.loads(payloads[0])
     return results
@@ -251,8 +251,8 @@ def test_verbose_lines_hide_the_secret(tmp_path):
         assert expected in lines
     assert any("HOROVOD_RANK=1" in line and worker in line for line in lines)
     secret = _results(run.stdout, 2)[0]["secret"]
-    launcher_lines = [l for l in lines if not l.startswith("[")]
-    assert not any(secret in l for l in launcher_lines)
+    launcher_lines = [line for line in lines if not line.startswith("[")]
+    assert not any(secret in line for line in launcher_lines)
 
 
 def test_remote_hosts_are_refused_clearly():

@@ -1,7 +1,8 @@
 """Authenticated HTTP key-value store used for rendezvous.
 
 The launcher (``horovodrun``) or a test harness runs a :class:`RendezvousServer`; workers reach it
-with a :class:`RendezvousClient` at ``HOROVOD_GLOO_RENDEZVOUS_ADDR``/``HOROVOD_GLOO_RENDEZVOUS_PORT``.
+with a :class:`RendezvousClient` at ``HOROVOD_GLOO_RENDEZVOUS_ADDR`` and
+``HOROVOD_GLOO_RENDEZVOUS_PORT``.
 Keys live under ``/<scope>/<key>`` (exactly two path segments).
 
 Authentication (our addition to the protocol; upstream's store accepts anyone):
@@ -13,9 +14,10 @@ Authentication (our addition to the protocol; upstream's store accepts anyone):
 * the server refuses, without touching the store, a request whose signature is missing or wrong
   (401), whose timestamp is more than :data:`MAX_CLOCK_SKEW_S` away from the server's clock (403),
   or whose nonce it has already accepted (403);
-* every response to an accepted request carries ``HMAC-SHA256(secret, status | nonce | sha256(body))``
-  bound to the request's nonce; the client checks it before it looks at the body, so nothing
-  unauthenticated is ever handed on (or unpickled by a caller).
+* every response to an accepted request carries
+  ``HMAC-SHA256(secret, status | nonce | sha256(body))``, bound to the request's nonce; the
+  client checks it before it looks at the body, so nothing unauthenticated is ever handed on (or
+  unpickled by a caller).
 
 This module needs only the standard library: it must work before the compiled core is built.
 """
@@ -451,7 +453,7 @@ class RendezvousClient:
         return body
 
     def delete(self, scope: str, key: str):
-        """Delete ``scope``/``key`` (rendezvous server semantics: see :class:`RendezvousHandler`)."""
+        """Delete ``scope``/``key`` (rendezvous semantics: see :class:`RendezvousHandler`)."""
         status, _ = self._request("DELETE", scope, key, b"")
         self._expect(status, "DELETE", scope, key)
 

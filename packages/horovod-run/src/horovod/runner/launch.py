@@ -107,7 +107,7 @@ class _DeprecatedLogHideAction(_OverrideConstAction):
     def __call__(self, parser, namespace, values, option_string=None):
         replacement = "--log-without-timestamp" if self.const is False else "--log-with-timestamp"
         warnings.warn("%s is deprecated, use %s instead" % (option_string, replacement),
-                      DeprecationWarning)
+                      DeprecationWarning, stacklevel=2)
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -117,7 +117,7 @@ class _NicsAction(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         if option_string == "--network-interface" and "," in values:
             warnings.warn("passing a comma-separated list to --network-interface is deprecated, "
-                          "use --network-interfaces instead", DeprecationWarning)
+                          "use --network-interfaces instead", DeprecationWarning, stacklevel=2)
         nics = getattr(namespace, self.dest, None) or set()
         nics.update(name for name in values.split(",") if name)
         setattr(namespace, self.dest, nics)

@@ -18,7 +18,8 @@ def read_data_from_kvstore(addr, port, scope, key):
     """
     value = RendezvousClient(addr, port).try_get(scope, key)
     if value is None:
-        raise RuntimeError("key %s/%s not found in the KV store at %s:%s" % (scope, key, addr, port))
+        raise RuntimeError("key %s/%s not found in the KV store at %s:%s"
+                           % (scope, key, addr, port))
     return codec.loads_base64(value)
 
 

@@ -6,7 +6,7 @@ import cloudpickle
 
 
 def dumps_base64(obj, to_ascii: bool = True):
-    """Pickle ``obj`` with cloudpickle and base64-encode it (``str`` if ``to_ascii``, else bytes)."""
+    """Pickle ``obj`` with cloudpickle and base64-encode it: ``str`` if ``to_ascii``, else bytes."""
     encoded = base64.b64encode(cloudpickle.dumps(obj))
     return encoded.decode("ascii") if to_ascii else encoded
 

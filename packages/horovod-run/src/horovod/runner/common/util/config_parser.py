@@ -1,5 +1,7 @@
 """Tuning arguments: from the YAML config file into args, and from args into ``HOROVOD_*`` env."""
 
+from horovod.runner.common.util.hosts import parse_hosts_and_slots
+
 HOROVOD_FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD"
 HOROVOD_CYCLE_TIME = "HOROVOD_CYCLE_TIME"
 HOROVOD_CACHE_CAPACITY = "HOROVOD_CACHE_CAPACITY"
@@ -24,8 +26,6 @@ HOROVOD_THREAD_AFFINITY = "HOROVOD_THREAD_AFFINITY"
 HOROVOD_GLOO_TIMEOUT_SECONDS = "HOROVOD_GLOO_TIMEOUT_SECONDS"
 HOROVOD_LOG_LEVEL = "HOROVOD_LOG_LEVEL"
 HOROVOD_LOG_HIDE_TIME = "HOROVOD_LOG_HIDE_TIME"
-
-from horovod.runner.common.util.hosts import parse_hosts_and_slots
 
 LOG_LEVELS = ["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"]
 

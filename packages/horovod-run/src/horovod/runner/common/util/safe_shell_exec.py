@@ -171,7 +171,7 @@ def execute(command, env=None, stdout=None, stderr=None, index=None, events=None
         terminate_process_group(proc)
         # A process that left the group (its own setsid) may still hold a pipe: do not wait for
         # it forever, and leave the pipe to its relay thread in that case.
-        for relay, pipe in zip(relays, (proc.stdout, proc.stderr)):
+        for relay, pipe in zip(relays, (proc.stdout, proc.stderr), strict=True):
             relay.join(timeout=_RELAY_JOIN_TIMEOUT_S)
             if not relay.is_alive():
                 pipe.close()

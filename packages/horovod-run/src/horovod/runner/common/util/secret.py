@@ -20,5 +20,5 @@ def compute_digest(key: bytes, message: bytes) -> bytes:
 
 
 def check_digest(key: bytes, message: bytes, digest: bytes) -> bool:
-    """True if ``digest`` is the HMAC-SHA256 of ``message`` under ``key`` (constant-time compare)."""
+    """True if ``digest`` is the HMAC-SHA256 of ``message`` under ``key`` (constant time)."""
     return hmac.compare_digest(compute_digest(key, message), digest)
