@@ -283,3 +283,16 @@ def test_missing_program_fails_job():
     run = _horovodrun(["-np", "1", "/nonexistent/program"])
     assert run.returncode == 1
     assert "Exit code: 127" in run.stderr
+
+
+def test_closed_stdout_does_not_block_workers(tmp_path):
+    worker = _script(tmp_path, "w.py", "for i in range(100000):\n    print('line', i)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "horovod.runner.launch", "-np", "2",
+                             sys.executable, worker], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    proc.stdout.close()
+    try:
+        assert proc.wait(timeout=LAUNCH_TIMEOUT_S) is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()

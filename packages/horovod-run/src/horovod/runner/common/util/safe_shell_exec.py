@@ -53,18 +53,24 @@ def prefix_connection(src_connection, dst_stream, prefix, index, prefix_output_w
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     fd = src_connection.fileno()
     pending = ""
+    # A destination that fails (a closed pipe, say) is dropped, but the source is still drained
+    # to EOF: a worker blocked on a full pipe would otherwise never exit.
+    destinations = [(dst_stream, True)]
+    if raw_stream is not None:
+        destinations.insert(0, (raw_stream, False))
 
     def emit(line):
+        prefixed = line
         if prefix is not None and index is not None:
-            out = _line_prefix(prefix, index, prefix_output_with_timestamp) + line
-        else:
-            out = line
+            prefixed = _line_prefix(prefix, index, prefix_output_with_timestamp) + line
         with _write_lock:
-            if raw_stream is not None:
-                raw_stream.write(line)
-                raw_stream.flush()
-            dst_stream.write(out)
-            dst_stream.flush()
+            for dst in list(destinations):
+                stream, with_prefix = dst
+                try:
+                    stream.write(prefixed if with_prefix else line)
+                    stream.flush()
+                except (OSError, ValueError):
+                    destinations.remove(dst)
 
     while True:
         chunk = os.read(fd, _READ_SIZE)
