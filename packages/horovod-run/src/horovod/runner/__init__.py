@@ -1,4 +1,6 @@
-"""horovod.runner: the ``horovodrun`` launcher."""
+"""horovod.runner: the ``horovodrun`` launcher and its Python API :func:`run`."""
+
+import warnings
 
 
 class _HorovodArgs:
@@ -26,3 +28,75 @@ class _HorovodArgs:
                      "prefix_output_with_timestamp", "hosts", "hostfile",
                      "host_discovery_script", "use_gloo", "use_mpi", "use_jsrun"):
             setattr(self, name, None)
+
+
+def _deprecated(old, new, value):
+    warnings.warn("%s is deprecated, use %s instead" % (old, new), DeprecationWarning,
+                  stacklevel=3)
+    return value
+
+
+def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=None,
+        slots=None, reset_limit=None, cooldown_range=None, hosts=None, hostfile=None,
+        host_discovery_script=None, start_timeout=None, ssh_port=None, ssh_identity_file=None,
+        disable_cache=None, output_filename=None, verbose=None, use_gloo=None, use_mpi=None,
+        mpi_args=None, network_interface=None, network_interfaces=None, executable=None,
+        np=None, min_np=None, max_np=None):
+    """Run ``func(*args, **kwargs)`` on ``num_proc`` Horovod workers; return their results.
+
+    The function is shipped to the workers with cloudpickle through the launcher's
+    authenticated KV store, so it and its return value must be picklable. The other arguments
+    mean what the ``horovodrun`` flags of the same names mean; ``start_timeout`` is in seconds.
+    ``np``, ``min_np``, ``max_np`` and a comma-separated ``network_interface`` are deprecated
+    spellings (``DeprecationWarning``).
+
+    Returns:
+        A list indexed by rank of the values ``func`` returned.
+
+    Raises:
+        ValueError: both ``hosts`` and ``hostfile``, or both ``use_gloo`` and ``use_mpi``, are
+            given, or the job cannot be set up (e.g. a feature not available in this release).
+        RuntimeError: a worker failed (the message names the first failed rank and its exit code).
+    """
+    from horovod.runner import launch
+
+    if np is not None:
+        num_proc = _deprecated("np", "num_proc", np)
+    if min_np is not None:
+        min_num_proc = _deprecated("min_np", "min_num_proc", min_np)
+    if max_np is not None:
+        max_num_proc = _deprecated("max_np", "max_num_proc", max_np)
+    if network_interface is not None:
+        names = [n for n in network_interface.split(",") if n]
+        if len(names) > 1:
+            _deprecated("a comma-separated network_interface", "network_interfaces", None)
+        network_interfaces = list(network_interfaces or []) + names
+    if hosts is not None and hostfile is not None:
+        raise ValueError("give hosts or hostfile, not both")
+    if use_gloo and use_mpi:
+        raise ValueError("give use_gloo or use_mpi, not both")
+
+    hargs = _HorovodArgs()
+    hargs.num_proc = num_proc
+    hargs.min_num_proc = min_num_proc
+    hargs.max_num_proc = max_num_proc
+    hargs.slots = slots
+    hargs.reset_limit = reset_limit
+    hargs.cooldown_range = cooldown_range
+    hargs.hosts = hosts
+    hargs.hostfile = hostfile
+    hargs.host_discovery_script = host_discovery_script
+    hargs.start_timeout = start_timeout
+    hargs.ssh_port = ssh_port
+    hargs.ssh_identity_file = ssh_identity_file
+    hargs.disable_cache = disable_cache
+    hargs.output_filename = output_filename
+    hargs.verbose = verbose
+    hargs.use_gloo = use_gloo
+    hargs.use_mpi = use_mpi
+    hargs.mpi_args = mpi_args
+    hargs.nics = set(network_interfaces or []) or None
+    hargs.executable = executable
+    kwargs = kwargs or {}
+    hargs.run_func = lambda: func(*args, **kwargs)
+    return launch._run(hargs)

@@ -13,6 +13,8 @@ import yaml
 from horovod.runner import gloo_run as gloo_launcher
 from horovod.runner.common.util import config_parser, hosts, secret, timeout
 from horovod.runner.common.util import settings as hvd_settings
+from horovod.runner.http.http_client import put_data_into_kvstore, read_data_from_kvstore
+from horovod.runner.http.http_server import KVStoreServer
 from horovod.runner.util import network
 
 DEFAULT_START_TIMEOUT_S = 30
@@ -346,9 +348,11 @@ def _is_elastic(args):
 
 
 def _run(args):
-    """Run the job described by ``args`` (a parsed Namespace); returns None in command mode.
+    """Run the job described by ``args`` (a parsed Namespace or ``_HorovodArgs``).
 
-    Raises ``RuntimeError`` when the job fails and ``ValueError`` for an unusable setup.
+    Returns None in command mode, and the list of the function's results by rank when
+    ``args.run_func`` is set. Raises ``RuntimeError`` when the job fails and ``ValueError``
+    for an unusable setup.
     """
     if not args.hosts and not args.host_discovery_script:
         if args.hostfile:
@@ -366,7 +370,7 @@ def _run_elastic(args):
 
 
 def _run_static(args):
-    """Check the hosts and interfaces, then launch the job (see the spec's static flow)."""
+    """Check the hosts and interfaces, then launch the job (see :func:`_run`)."""
     start_timeout = args.start_timeout
     if start_timeout is None:
         start_timeout = int(os.environ.get("HOROVOD_START_TIMEOUT", DEFAULT_START_TIMEOUT_S))
@@ -385,9 +389,6 @@ def _run_static(args):
         run_func_mode=args.run_func is not None,
         nics=args.nics,
         prefix_output_with_timestamp=args.prefix_output_with_timestamp)
-    if args.run_func is not None:
-        raise ValueError("running a Python function (horovod.run) is not implemented in this "
-                         "release; run a command with horovodrun instead")
 
     all_host_names, _ = hosts.parse_hosts_and_slots(args.hosts)
     if settings.verbose >= 2:
@@ -408,7 +409,27 @@ def _run_static(args):
                          + (" among %s" % ", ".join(sorted(args.nics)) if args.nics else ""))
     if settings.verbose >= 2:
         print("Local interface found " + " ".join(nics), flush=True)
-    _launch_job(args, settings, nics, args.command)
+
+    if args.run_func is None:
+        _launch_job(args, settings, nics, args.command)
+        return None
+    return _run_function(args, settings, nics)
+
+
+def _run_function(args, settings, nics):
+    """Ship ``args.run_func`` to the workers through a KV store; return results by rank."""
+    driver_ip = network.get_driver_ip(nics)
+    kv_store = KVStoreServer(secret=settings.key)
+    port = kv_store.start_server()
+    try:
+        put_data_into_kvstore(driver_ip, port, "runfunc", "func", args.run_func)
+        command = [args.executable or sys.executable, "-m", "horovod.runner.run_task",
+                   driver_ip, str(port)]
+        _launch_job(args, settings, nics, command)
+        return [read_data_from_kvstore(driver_ip, port, "runfunc_result", str(rank))
+                for rank in range(args.num_proc)]
+    finally:
+        kv_store.shutdown_server()
 
 
 def _launch_job(args, settings, nics, command):
