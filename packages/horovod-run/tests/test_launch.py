@@ -296,3 +296,26 @@ def test_closed_stdout_does_not_block_workers(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_workers_stopped_when_horovodrun_is_killed(tmp_path):
+    worker = _script(tmp_path, "w.py", SLEEPING_WORKER)
+    proc = subprocess.Popen([sys.executable, "-m", "horovod.runner.launch", "-np", "2",
+                             sys.executable, worker], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    pids = {}
+    try:
+        deadline = time.monotonic() + 60
+        while len(pids) < 2 and time.monotonic() < deadline:
+            match = re.match(r"\[(\d)\]<stdout>:PID (\d+)", proc.stdout.readline())
+            if match:
+                pids[int(match.group(1))] = int(match.group(2))
+        assert len(pids) == 2
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for pid in pids.values():
+        assert _wait_gone(pid, timeout_s=15)

@@ -3,7 +3,8 @@
 Each command runs in its own session (so its process group id is its pid). Stopping it means
 SIGTERM to the group, up to ``GRACEFUL_TERMINATION_TIME_S`` seconds for the group to empty, then
 SIGKILL to whatever is left. The same clean-up runs when the command exits by itself, so that no
-child it left behind keeps running (or keeps the output pipes open).
+child it left behind keeps running (or keeps the output pipes open). Should this process die
+without cleaning up, :mod:`orphan_guard` stops the groups it left running.
 """
 
 import codecs
@@ -14,6 +15,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from horovod.runner.common.util import orphan_guard
 
 GRACEFUL_TERMINATION_TIME_S = 5
 _POLL_INTERVAL_S = 0.05
@@ -154,6 +157,8 @@ def execute(command, env=None, stdout=None, stderr=None, index=None, events=None
     proc = subprocess.Popen(command, shell=isinstance(command, str), env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
+    guard = orphan_guard.get_guard()
+    guard.register(proc.pid)
     relays = [
         threading.Thread(target=prefix_connection, daemon=True,
                          args=(proc.stdout, stdout, "stdout", index, prefix_output_with_timestamp,
@@ -175,6 +180,7 @@ def execute(command, env=None, stdout=None, stderr=None, index=None, events=None
     finally:
         # Also after a normal exit: whatever the command left in its group is stopped too.
         terminate_process_group(proc)
+        guard.unregister(proc.pid)
         # A process that left the group (its own setsid) may still hold a pipe: do not wait for
         # it forever, and leave the pipe to its relay thread in that case.
         for relay, pipe in zip(relays, (proc.stdout, proc.stderr), strict=True):
