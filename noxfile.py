@@ -1,8 +1,9 @@
 """Every developer task of the monorepo: `nox -s build | tests | lint | demo | bench`.
 
 Wheels are built into dist/ once per change of a package's sources: next to each wheel lies
-`<package>.sha256`, a hash of the files the wheel is built from, and every session that needs a wheel
-rebuilds it only when that hash no longer matches (the core's C++ build takes minutes on 2 cores).
+`<package>.sha256`, a hash of the files the wheel is built from, and every session that needs a
+wheel rebuilds it only when that hash no longer matches (the core's C++ build takes minutes on 2
+cores).
 Sessions install the wheels the way a user does, `pip install --find-links dist <package>`, so the
 tests exercise what ships, not the source tree.
 """
@@ -76,9 +77,12 @@ def wheel(session: nox.Session, package: str) -> pathlib.Path:
         return wheels[0]
     for old in wheels:
         old.unlink()
+    # scikit-build-core (the core's backend) keeps its CMake tree in build/<package>, apart from
+    # the one a developer's own `pip wheel` in the package folder uses, which it may be writing.
     session.run(
         "python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(DIST),
         str(ROOT / "packages" / package),
+        env={"SKBUILD_BUILD_DIR": str(ROOT / "build" / package)},
     )
     (built,) = DIST.glob(pattern)
     stamp.write_text(digest + "\n")
@@ -112,9 +116,8 @@ def tests(session: nox.Session, package: str) -> None:
     """
     system_deps(session)
     dists, requirements = TESTS[package]
-    install(
-        session, dists, *TEST_REQUIREMENTS, *requirements, str(ROOT / "packages" / "horovod-testing")
-    )
+    testing = str(ROOT / "packages" / "horovod-testing")
+    install(session, dists, *TEST_REQUIREMENTS, *requirements, testing)
     session.chdir(ROOT / "packages" / package)
     session.run("python", "-m", "pytest", "tests", *session.posargs)
 
