@@ -120,8 +120,9 @@ TensorView ToTensorView(nb::handle object, const char* what) {
   TensorView view;
   view.dtype = ToDataType(array.dtype());
   view.data = array.data();
-  int64_t expected = 1;
-  for (size_t i = array.ndim(); i-- > 0;) {
+  // Strides are irrelevant for empty tensors and for dimensions of size 1.
+  int64_t expected = array.size() == 0 ? -1 : 1;
+  for (size_t i = array.ndim(); expected > 0 && i-- > 0;) {
     int64_t dim = static_cast<int64_t>(array.shape(i));
     if (dim != 1 && array.stride(i) != expected) {
       throw nb::value_error((std::string(what) + " must be contiguous (C order); make a contiguous copy "

@@ -1,0 +1,117 @@
+"""Runs a function as a real multi-process Horovod job (see README.md)."""
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+import cloudpickle
+
+from horovod.common.rendezvous import SECRET_ENV, RendezvousServer
+
+__all__ = ["run_ranks", "RanksFailed"]
+
+
+class RanksFailed(AssertionError):
+    """One or more ranks raised, exited abnormally or timed out."""
+
+
+def _plan(np_):
+    return [types.SimpleNamespace(hostname="localhost", rank=r, local_rank=r, cross_rank=0, size=np_,
+                                  local_size=np_, cross_size=1) for r in range(np_)]
+
+
+def _tail(path, limit=4000):
+    with open(path, "rb") as f:
+        data = f.read()
+    return data[-limit:].decode("utf-8", "replace")
+
+
+def run_ranks(np_, fn, *args, env=None, timeout=120):
+    """Runs ``fn(*args)`` on ranks 0..np_-1, each in its own process, and returns the list of
+    return values in rank order.
+
+    Args:
+        np_ (int): number of ranks (processes).
+        fn: a picklable function (cloudpickle; module-level test functions are fine).
+        env (dict): extra environment variables for every rank (values are converted with str).
+        timeout (float): seconds the whole job may take.
+
+    Raises:
+        RanksFailed: some rank raised (its traceback is included), died, or the job timed out
+            (every rank's remaining processes are killed first).
+    """
+    server = RendezvousServer()
+    port = server.start()
+    server.init(_plan(np_))
+    workdir = tempfile.mkdtemp(prefix="hvdtest-")
+    payload = os.path.join(workdir, "payload.pkl")
+    with open(payload, "wb") as f:
+        # sys.path first, so that the worker can import the test's own modules before unpickling.
+        pickle.dump({"sys_path": sys.path, "call": cloudpickle.dumps((fn, args))}, f)
+    procs = []
+    try:
+        for rank in range(np_):
+            child_env = dict(os.environ)
+            child_env.update({
+                "HOROVOD_RANK": str(rank), "HOROVOD_SIZE": str(np_),
+                "HOROVOD_LOCAL_RANK": str(rank), "HOROVOD_LOCAL_SIZE": str(np_),
+                "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "1",
+                "HOROVOD_HOSTNAME": "localhost",
+                "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
+                "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
+                SECRET_ENV: server.secret.hex(),
+                "PYTHONUNBUFFERED": "1",
+            })
+            child_env.update({k: str(v) for k, v in (env or {}).items()})
+            out = open(os.path.join(workdir, f"rank{rank}.out"), "wb")
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "horovod_testing._worker", payload,
+                 os.path.join(workdir, f"rank{rank}.result")],
+                env=child_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+            out.close()
+        deadline = time.monotonic() + timeout
+        timed_out = False
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                break
+        if timed_out:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+        return _collect(np_, procs, workdir, timed_out, timeout)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        server.stop()
+
+
+def _collect(np_, procs, workdir, timed_out, timeout):
+    results, failures = [], []
+    for rank, p in enumerate(procs):
+        result_path = os.path.join(workdir, f"rank{rank}.result")
+        output = _tail(os.path.join(workdir, f"rank{rank}.out"))
+        if os.path.exists(result_path):
+            with open(result_path, "rb") as f:
+                status, value = cloudpickle.load(f)
+        else:
+            status, value = "died", f"exit status {p.returncode}"
+        if status == "ok":
+            results.append(value)
+        else:
+            failures.append(f"--- rank {rank} ({status}):\n{value}\n--- rank {rank} output:\n{output}")
+    if timed_out:
+        failures.insert(0, f"the job did not finish within {timeout} s; remaining ranks were killed")
+    if failures:
+        raise RanksFailed("\n".join(failures))
+    return results
