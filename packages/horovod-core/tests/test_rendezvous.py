@@ -79,6 +79,13 @@ def test_put_get_delete(server):
     assert client.try_get("myscope", "other") == b"o"
 
 
+def test_any_characters_in_scope_and_key(server):
+    client = rdv.RendezvousClient("127.0.0.1", server.port)
+    client.set("elastic/scope", "host-1:0 ?#%", b"v")
+    assert client.get("elastic/scope", "host-1:0 ?#%") == b"v"
+    assert client.try_get("elastic", "scope") is None
+
+
 def test_missing_key_is_404(server):
     path = "/myscope/absent"
     status, body, signature = _raw(server.port, "GET", path,

@@ -104,6 +104,7 @@ def test_deprecated_log_hide_timestamp():
     ["-np", "1", "--log-level", "LOUD", "cmd"],
     ["python", "x.py"],
     ["-np", "1"],
+    ["-np", "0", "cmd"],
     ["-np", "1", "-H", "badhost", "cmd"],
     ["-np", "1", "--cycle-time-ms", "-1", "cmd"],
 ])

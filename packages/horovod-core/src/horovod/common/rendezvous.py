@@ -3,7 +3,8 @@
 The launcher (``horovodrun``) or a test harness runs a :class:`RendezvousServer`; workers reach it
 with a :class:`RendezvousClient` at ``HOROVOD_GLOO_RENDEZVOUS_ADDR`` and
 ``HOROVOD_GLOO_RENDEZVOUS_PORT``.
-Keys live under ``/<scope>/<key>`` (exactly two path segments).
+Keys live under ``/<scope>/<key>`` (exactly two path segments; the client percent-encodes scope and
+key, so they may hold any character).
 
 Authentication (our addition to the protocol; upstream's store accepts anyone):
 
@@ -31,6 +32,7 @@ import secrets
 import socket
 import threading
 import time
+import urllib.parse
 from typing import Dict, Optional, Set, Tuple
 
 SECRET_ENV = "_HOROVOD_SECRET_KEY"
@@ -191,7 +193,7 @@ class KVStoreHandler(http.server.BaseHTTPRequestHandler):
         if len(parts) != 3 or parts[0] != "" or not parts[1] or not parts[2]:
             self._reply(400, b"path must be /<scope>/<key>", nonce)
             return
-        scope, key = parts[1], parts[2]
+        scope, key = urllib.parse.unquote(parts[1]), urllib.parse.unquote(parts[2])
         if method == "GET":
             status, payload = self.handle_get(scope, key)
         elif method == "PUT":
@@ -463,7 +465,7 @@ class RendezvousClient:
                                % (self.addr, self.port, method, scope, key, status))
 
     def _request(self, method: str, scope: str, key: str, body: bytes) -> Tuple[int, bytes]:
-        path = "/%s/%s" % (scope, key)
+        path = "/%s/%s" % (urllib.parse.quote(scope, safe=""), urllib.parse.quote(key, safe=""))
         last_error = None
         for attempt in range(CONNECT_ATTEMPTS):
             if attempt:

@@ -119,8 +119,9 @@ class _Job:
             print("Launching rank %d: env %s %s"
                   % (rank, " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in shown.items()),
                      _command_line(self.command)), flush=True)
-        raw = self._open_output_files(rank)
+        raw = (None, None)
         try:
+            raw = self._open_output_files(rank)
             code = safe_shell_exec.execute(
                 self.command, env=self.worker_env(slot_info), index=rank,
                 events=[self.shutdown_event, self.terminate_all_event],
@@ -149,8 +150,12 @@ class _Job:
             return None, None
         rank_dir = os.path.join(directory, "rank.%s" % _pad_rank(rank, self.settings.num_proc))
         _mkdir_p(rank_dir)
-        return (open(os.path.join(rank_dir, "stdout"), "w", encoding="utf-8"),
-                open(os.path.join(rank_dir, "stderr"), "w", encoding="utf-8"))
+        stdout = open(os.path.join(rank_dir, "stdout"), "w", encoding="utf-8")
+        try:
+            return stdout, open(os.path.join(rank_dir, "stderr"), "w", encoding="utf-8")
+        except OSError:
+            stdout.close()
+            raise
 
     def run(self, slots):
         threads = [threading.Thread(target=self.run_slot, args=(slot,),

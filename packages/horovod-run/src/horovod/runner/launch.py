@@ -306,6 +306,8 @@ def parse_args(argv=None):
         check_build(args.verbose)
     if args.num_proc is None:
         parser.error("argument -np/--num-proc is required")
+    if args.num_proc < 1:
+        parser.error("argument -np/--num-proc must be at least 1, got %d" % args.num_proc)
     if not args.command:
         parser.error("no command to run was given")
     return args
