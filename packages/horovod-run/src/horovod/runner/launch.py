@@ -316,29 +316,30 @@ def parse_args(argv=None):
 def check_build(verbose):
     """Print the build summary of the installed Horovod and exit with status 0.
 
-    Exits with status 1 and a message when ``horovod.common.util`` cannot be imported.
+    Exits with status 1 and a message when the core (``horovod.common.util`` and the compiled
+    engine it asks) cannot be imported.
     """
-    try:
-        from horovod.common import util
-    except ImportError as e:
-        sys.exit("horovodrun --check-build needs horovod-core, which cannot be imported: %s" % e)
-
     def mark(available):
         return "X" if available else " "
 
     frameworks = [("TensorFlow", "tensorflow"), ("PyTorch", "torch"), ("MXNet", "mxnet")]
-    lines = ["Horovod v%s:" % _horovod_version(), "", "Available Frameworks:"]
-    lines += ["    [%s] %s" % (mark(util.extension_available(ext, verbose=verbose)), name)
-              for name, ext in frameworks]
-    lines += ["", "Available Controllers:",
-              "    [%s] MPI" % mark(util.mpi_built(verbose=verbose)),
-              "    [%s] Gloo" % mark(util.gloo_built(verbose=verbose)),
-              "", "Available Tensor Operations:",
-              "    [%s] NCCL" % mark(util.nccl_built(verbose=verbose)),
-              "    [%s] DDL" % mark(util.ddl_built(verbose=verbose)),
-              "    [%s] CCL" % mark(util.ccl_built(verbose=verbose)),
-              "    [%s] MPI" % mark(util.mpi_built(verbose=verbose)),
-              "    [%s] Gloo" % mark(util.gloo_built(verbose=verbose))]
+    try:
+        from horovod.common import util
+        lines = ["Horovod v%s:" % _horovod_version(), "", "Available Frameworks:"]
+        lines += ["    [%s] %s" % (mark(util.extension_available(ext, verbose=verbose)), name)
+                  for name, ext in frameworks]
+        lines += ["", "Available Controllers:",
+                  "    [%s] MPI" % mark(util.mpi_built(verbose=verbose)),
+                  "    [%s] Gloo" % mark(util.gloo_built(verbose=verbose)),
+                  "", "Available Tensor Operations:",
+                  "    [%s] NCCL" % mark(util.nccl_built(verbose=verbose)),
+                  "    [%s] DDL" % mark(util.ddl_built(verbose=verbose)),
+                  "    [%s] CCL" % mark(util.ccl_built(verbose=verbose)),
+                  "    [%s] MPI" % mark(util.mpi_built(verbose=verbose)),
+                  "    [%s] Gloo" % mark(util.gloo_built(verbose=verbose))]
+    except ImportError as e:
+        sys.exit("horovodrun --check-build needs a built horovod-core, which cannot be imported: "
+                 "%s" % e)
     if verbose:
         print("")
     print("\n".join(lines))
