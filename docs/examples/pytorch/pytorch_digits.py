@@ -15,17 +15,16 @@ import os
 import sys
 import tempfile
 
+import horovod.torch as hvd
 import torch
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-import horovod.torch as hvd
-
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--epochs', type=int, default=15, help='passes over the training set')
+    parser.add_argument('--epochs', type=int, default=10, help='passes over the training set')
     parser.add_argument('--batch-size', type=int, default=32, help='examples per step per rank')
     parser.add_argument('--lr', type=float, default=0.05,
                         help='learning rate for one process; scaled by the number of ranks')

@@ -5,10 +5,16 @@ import collections
 import io
 
 import cloudpickle
-import torch
+from horovod.torch.mpi_ops import (
+    allgather,
+    broadcast_,
+    broadcast_async_,
+    global_process_set,
+    rank,
+    synchronize,
+)
 
-from horovod.torch.mpi_ops import (allgather, broadcast_, broadcast_async_, global_process_set,
-                                   rank, synchronize)
+import torch
 
 
 def broadcast_parameters(params, root_rank):

@@ -12,13 +12,13 @@ module keeps a reference to it in ``_handle_map`` until then.
 
 import warnings
 
-import torch
-
 from horovod.common import ops as _ops
 from horovod.common.basics import HorovodBasics as _HorovodBasics
 from horovod.common.exceptions import HorovodInternalError
 from horovod.common.process_sets import ProcessSet, global_process_set
 from horovod.torch.compression import Compression
+
+import torch
 
 _basics = _HorovodBasics()
 
@@ -152,8 +152,8 @@ def _process_set_id(process_set):
         raise ValueError('process_set must be a horovod ProcessSet, '
                          f'got {type(process_set).__name__}.')
     if process_set.process_set_id is None:
-        raise ValueError(f'{process_set} is not registered with Horovod; register it with '
-                         'hvd.init(process_sets=[...]) first.')
+        raise ValueError(f'{process_set} is not registered with Horovod (it has no process '
+                         'set id); pass a registered process set such as global_process_set.')
     return process_set.process_set_id
 
 
@@ -426,7 +426,7 @@ def synchronize(handle):
     grouped = isinstance(outputs, list)
     given = outputs if grouped else [outputs]
     tensors = []
-    for output, result in zip(given, results):
+    for output, result in zip(given, results, strict=True):
         if output is None:
             tensors.append(torch.from_dlpack(result))
         else:
@@ -531,7 +531,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     compressed = [compression.compress(t) for t in tensors]
     reduced = HorovodGroupedAllreduce.apply(op, name, prescale_factor, postscale_factor,
                                             process_set, *(t for t, _ in compressed))
-    return [compression.decompress(t, ctx) for t, (_, ctx) in zip(reduced, compressed)]
+    return [compression.decompress(t, ctx) for t, (_, ctx) in zip(reduced, compressed, strict=True)]
 
 
 class HorovodAllgather(torch.autograd.Function):

@@ -11,12 +11,19 @@ import contextlib
 import os
 import warnings
 
-import torch
-
 from horovod.torch.compression import Compression
 from horovod.torch.functions import broadcast_object
-from horovod.torch.mpi_ops import (Adasum, Average, allreduce_async_, global_process_set,
-                                   grouped_allreduce_async_, size, synchronize)
+from horovod.torch.mpi_ops import (
+    Adasum,
+    Average,
+    allreduce_async_,
+    global_process_set,
+    grouped_allreduce_async_,
+    size,
+    synchronize,
+)
+
+import torch
 
 
 def _split_list(items, n):
@@ -56,7 +63,13 @@ class _DistributedOptimizer:
                                  for group in self.param_groups for p in group['params']}
         # param -> tuple of the params allreduced together with it (only for grouped params).
         self._group_of = {}
-        if process_set.included() and (size() > 1 or os.environ.get('HOROVOD_ELASTIC') == '1'):
+        if isinstance(groups, list):
+            for p in (p for unit in groups for p in unit):
+                if p not in self._allreduce_delay:
+                    raise ValueError('groups lists a tensor that is not a parameter of the '
+                                     f'optimizer (shape {tuple(p.shape)}).')
+        # size() first: it raises a clear ValueError when Horovod is not initialised.
+        if (size() > 1 or os.environ.get('HOROVOD_ELASTIC') == '1') and process_set.included():
             self._make_groups(groups)
             self._register_hooks()
 
@@ -96,10 +109,6 @@ class _DistributedOptimizer:
                                      process_set=self.process_set)
             units = [[by_name[n] for n in chunk] for chunk in _split_list(names, groups)]
         else:
-            for p in (p for unit in groups for p in unit):
-                if p not in self._allreduce_delay:
-                    raise ValueError('groups lists a tensor that is not a parameter of the '
-                                     f'optimizer (shape {tuple(p.shape)}).')
             # Members that need no gradient never fire a hook; leave them out so that the
             # group does not wait for them.
             units = [[p for p in unit if p.requires_grad] for unit in groups]
@@ -168,7 +177,7 @@ class _DistributedOptimizer:
             handle = allreduce_async_(tensors[0], name=name, op=self.op,
                                       prescale_factor=prescale, postscale_factor=postscale,
                                       process_set=self.process_set)
-        for p, (_, ctx) in zip(unit, compressed):
+        for p, (_, ctx) in zip(unit, compressed, strict=True):
             self._handles[p] = (handle, ctx)
 
     def synchronize(self):
@@ -199,7 +208,7 @@ class _DistributedOptimizer:
                 outputs = synchronize(handle)
                 if not isinstance(outputs, list):
                     outputs = [outputs]
-                for q, output in zip(unit, outputs):
+                for q, output in zip(unit, outputs, strict=True):
                     q.grad.set_(self._compression.decompress(output, self._handles[q][1]))
         finally:
             self._reset_delays(self.backward_passes_per_step)
@@ -224,7 +233,8 @@ class _DistributedOptimizer:
                 warnings.warn('optimizer.step() called without optimizer.skip_synchronize() '
                               'after optimizer.synchronize(): the gradients are allreduced a '
                               'second time. Call step() inside `with '
-                              'optimizer.skip_synchronize():` when you synchronize yourself.')
+                              'optimizer.skip_synchronize():` when you synchronize yourself.',
+                              stacklevel=2)
             self.synchronize()
         self._synchronized = False
         return super().step(closure)
