@@ -62,6 +62,14 @@ def _mkdir_p(path):
     os.makedirs(path, exist_ok=True)
 
 
+def _say(message, stream=None):
+    """Print a launcher message; a closed stdout/stderr must not stop the failure handling."""
+    try:
+        print(message, file=stream or sys.stdout, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def _command_line(command):
     return command if isinstance(command, str) else " ".join(shlex.quote(a) for a in command)
 
@@ -116,9 +124,9 @@ class _Job:
         rank = slot_info.rank
         if self.settings.verbose:
             shown = dict(create_slot_env_vars(slot_info), **self.run_vars)
-            print("Launching rank %d: env %s %s"
-                  % (rank, " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in shown.items()),
-                     _command_line(self.command)), flush=True)
+            _say("Launching rank %d: env %s %s"
+                 % (rank, " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in shown.items()),
+                    _command_line(self.command)))
         raw = (None, None)
         try:
             raw = self._open_output_files(rank)
@@ -128,7 +136,7 @@ class _Job:
                 prefix_output_with_timestamp=self.settings.prefix_output_with_timestamp,
                 raw_stdout=raw[0], raw_stderr=raw[1])
         except Exception as e:
-            print("Process %d could not be started: %s" % (rank, e), file=sys.stderr, flush=True)
+            _say("Process %d could not be started: %s" % (rank, e), sys.stderr)
             code = 1
         finally:
             for f in raw:
@@ -138,10 +146,9 @@ class _Job:
             self.results.append((time.time(), rank, code))
             if code == 0:
                 return
-            print("Process %d exit with status code %d." % (rank, code), flush=True)
+            _say("Process %d exit with status code %d." % (rank, code))
             if not self.shutdown_event.is_set() and not self.terminate_all_event.is_set():
-                print("Terminating remaining workers after failure of Process %d." % rank,
-                      flush=True)
+                _say("Terminating remaining workers after failure of Process %d." % rank)
                 self.terminate_all_event.set()
 
     def _open_output_files(self, rank):

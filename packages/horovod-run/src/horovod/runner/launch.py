@@ -508,8 +508,8 @@ def run_controller(use_gloo, gloo_run, use_mpi, mpi_run, use_jsrun, js_run, verb
 def run_commandline():
     """Entry point of the ``horovodrun`` console script.
 
-    Exits 0 when every worker exited 0, and 1 with a message on stderr when the job failed or
-    could not be started.
+    Exits 0 when every worker exited 0, 1 with a message on stderr when the job failed or
+    could not be started, and 130 when interrupted before the workers were started.
     """
     args = parse_args()
     if args.log_level:
@@ -520,6 +520,9 @@ def run_commandline():
     except (RuntimeError, ValueError, OSError, timeout.TimeoutException) as e:
         print("horovodrun: error: %s" % e, file=sys.stderr, flush=True)
         sys.exit(1)
+    except KeyboardInterrupt:
+        print("horovodrun: interrupted", file=sys.stderr, flush=True)
+        sys.exit(130)
 
 
 if __name__ == "__main__":
