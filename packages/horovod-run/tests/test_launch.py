@@ -319,3 +319,14 @@ def test_workers_stopped_when_horovodrun_is_killed(tmp_path):
             proc.wait()
     for pid in pids.values():
         assert _wait_gone(pid, timeout_s=15)
+
+
+def test_gloo_run_in_process_with_minimal_settings(capfd):
+    from horovod.runner.common.util.settings import Settings
+    from horovod.runner.gloo_run import gloo_run
+
+    settings = Settings(verbose=0, num_proc=2, hosts="localhost:2", run_func_mode=True)
+    gloo_run(settings, ["lo"], {}, "127.0.0.1",
+             [sys.executable, "-c", "import os; print(len(os.environ['_HOROVOD_SECRET_KEY']))"])
+    out = capfd.readouterr().out
+    assert "[0]<stdout>:64" in out and "[1]<stdout>:64" in out

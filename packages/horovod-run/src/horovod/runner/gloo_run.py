@@ -99,8 +99,9 @@ def register_shutdown_event():
 class _Job:
     """The workers of one static job and the first-failure bookkeeping between their threads."""
 
-    def __init__(self, settings, env, run_vars, command):
+    def __init__(self, settings, env, run_vars, command, job_secret):
         self.settings = settings
+        self.job_secret = job_secret
         self.env = env
         self.run_vars = run_vars
         # One argument is taken as a shell command line ("cmd1 && cmd2"), as upstream does.
@@ -117,7 +118,7 @@ class _Job:
         worker_env.update(create_slot_env_vars(slot_info))
         worker_env.update(self.run_vars)
         worker_env["PYTHONUNBUFFERED"] = "1"
-        worker_env[secret.HOROVOD_SECRET_KEY] = self.settings.key.hex()
+        worker_env[secret.HOROVOD_SECRET_KEY] = self.job_secret.hex()
         return worker_env
 
     def run_slot(self, slot_info):
@@ -185,7 +186,7 @@ def gloo_run(settings, nics, env, server_ip, command):
     Args:
         settings: a :class:`~horovod.runner.common.util.settings.Settings` (``hosts``,
             ``num_proc``, ``key``, ``verbose``, ``output_filename``,
-            ``prefix_output_with_timestamp``).
+            ``prefix_output_with_timestamp``). A new secret is made when ``key`` is None.
         nics: interface names (Gloo uses the first).
         env: the base environment of the workers (a mapping).
         server_ip: address at which workers reach the rendezvous server.
@@ -205,7 +206,8 @@ def gloo_run(settings, nics, env, server_ip, command):
     port = rendezvous.start()
     try:
         rendezvous.init(slots)
-        job = _Job(settings, dict(env), create_run_env_vars(server_ip, nics, port), command)
+        job = _Job(settings, dict(env), create_run_env_vars(server_ip, nics, port), command,
+                   rendezvous.secret)
         job.run(slots)
     finally:
         rendezvous.stop()
