@@ -140,8 +140,9 @@ def execute(command, env=None, stdout=None, stderr=None, index=None, events=None
         stdout, stderr: text streams the output is relayed to (default: ``sys.stdout`` and
             ``sys.stderr`` at call time), prefixed as in :func:`prefix_connection`.
         index: the worker's rank, used in the prefix (None: no prefix).
-        events: ``threading.Event`` objects; when one is set, the command's process group is
-            stopped (SIGTERM, then SIGKILL after ``GRACEFUL_TERMINATION_TIME_S`` seconds).
+        events: ``threading.Event`` objects (None entries are ignored); when one is set, the
+            command's process group is stopped (SIGTERM, then SIGKILL after
+            ``GRACEFUL_TERMINATION_TIME_S`` seconds).
         prefix_output_with_timestamp: see :func:`prefix_connection`.
         raw_stdout, raw_stderr: optional text streams receiving the unprefixed output.
 
@@ -153,7 +154,7 @@ def execute(command, env=None, stdout=None, stderr=None, index=None, events=None
     """
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
-    events = list(events or [])
+    events = [event for event in events or [] if event is not None]
     proc = subprocess.Popen(command, shell=isinstance(command, str), env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
