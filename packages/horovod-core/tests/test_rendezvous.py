@@ -194,6 +194,31 @@ def test_replayed_nonce_refused(stored):
     _assert_refused(stored, status, 403)
 
 
+def test_nonces_are_forgotten_only_after_the_replay_window():
+    cache = rdv._NonceCache()
+    now = 1000.0
+    assert cache.add("n1", now)
+    assert not cache.add("n1", now + 2 * rdv.MAX_CLOCK_SKEW_S)
+    assert cache.add("n2", now + 2 * rdv.MAX_CLOCK_SKEW_S + 2 * cache.BUCKET_S)
+    # n1 arrived more than 2 * skew + one bucket ago: forgotten (its replay is stale anyway).
+    assert cache.add("n1", now + 2 * rdv.MAX_CLOCK_SKEW_S + 2 * cache.BUCKET_S)
+
+
+def test_oversized_body_refused(stored):
+    headers = _signed_headers(stored.secret, "PUT", "/myscope/k", b"")
+    headers["Content-Length"] = str(rdv.MAX_BODY_BYTES + 1)
+    conn = http.client.HTTPConnection("127.0.0.1", stored.port, timeout=5)
+    try:
+        conn.putrequest("PUT", "/myscope/k")
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        assert conn.getresponse().status == 413
+    finally:
+        conn.close()
+    assert stored._httpd.store["myscope"]["k"] == b"original"
+
+
 def test_response_is_authenticated(stored):
     path = "/myscope/k"
     headers = _signed_headers(stored.secret, "GET", path)

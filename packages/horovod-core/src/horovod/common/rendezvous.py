@@ -39,6 +39,9 @@ SECRET_ENV = "_HOROVOD_SECRET_KEY"
 SECRET_LENGTH = 32
 MAX_CLOCK_SKEW_S = 60.0
 PUT_READ_TIMEOUT_S = 3.0
+# Reading a request line and headers; an idle connection is closed after this.
+REQUEST_READ_TIMEOUT_S = 30.0
+MAX_BODY_BYTES = 1 << 30
 POLL_INTERVAL_S = 0.01
 CONNECT_ATTEMPTS = 3
 CONNECT_RETRY_DELAY_S = 0.5
@@ -80,27 +83,30 @@ def response_signature(secret: bytes, status: int, nonce: str, body: bytes) -> s
 
 
 class _NonceCache:
-    """Nonces accepted within the last ``2 * MAX_CLOCK_SKEW_S`` seconds.
+    """Nonces of the requests accepted in the last ``2 * MAX_CLOCK_SKEW_S`` seconds.
 
-    A request older than the skew window is refused as stale, so a nonce only has to be remembered
-    for as long as its request could still pass the timestamp check.
+    A request accepted at server time ``now`` carries a timestamp within ``now +- skew``, so a
+    replay of it passes the timestamp check only until ``now + 2 * skew``: a nonce has to be
+    remembered that long and no longer. Nonces are kept in sets per ``BUCKET_S`` seconds of
+    arrival, so forgetting old ones drops whole sets. Only authenticated requests get here.
     """
+
+    BUCKET_S = 10.0
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._seen: Dict[str, float] = {}
-        self._next_purge = 0.0
+        self._buckets: Dict[int, Set[str]] = {}
 
     def add(self, nonce: str, now: float) -> bool:
         """Record ``nonce``; return False if it was already recorded (a replay)."""
+        current = int(now // self.BUCKET_S)
+        oldest_kept = current - int(2 * MAX_CLOCK_SKEW_S // self.BUCKET_S) - 1
         with self._lock:
-            if now >= self._next_purge:
-                horizon = now - 2 * MAX_CLOCK_SKEW_S
-                self._seen = {n: t for n, t in self._seen.items() if t >= horizon}
-                self._next_purge = now + MAX_CLOCK_SKEW_S
-            if nonce in self._seen:
+            for bucket in [b for b in self._buckets if b < oldest_kept]:
+                del self._buckets[bucket]
+            if any(nonce in seen for seen in self._buckets.values()):
                 return False
-            self._seen[nonce] = now
+            self._buckets.setdefault(current, set()).add(nonce)
             return True
 
 
@@ -142,6 +148,7 @@ class KVStoreHandler(http.server.BaseHTTPRequestHandler):
     """
 
     server: KVStoreHTTPServer
+    timeout = REQUEST_READ_TIMEOUT_S
 
     def handle_get(self, scope: str, key: str) -> Tuple[int, bytes]:
         with self.server.lock:
@@ -172,6 +179,9 @@ class KVStoreHandler(http.server.BaseHTTPRequestHandler):
         if method == "PUT":
             try:
                 length = int(self.headers.get("Content-Length", "0"))
+                if not 0 <= length <= MAX_BODY_BYTES:
+                    self._reply(413, b"body larger than %d bytes" % MAX_BODY_BYTES, None)
+                    return
                 self.connection.settimeout(PUT_READ_TIMEOUT_S)
                 body = self.rfile.read(length)
                 if len(body) != length:
