@@ -30,13 +30,12 @@ PACKAGES = ["horovod-core", "horovod-torch", "horovod-run"]
 # Files outside a package's folder that its wheel is built from.
 SHARED_SOURCES = {"horovod-core": ["cmake"]}
 
-TEST_REQUIREMENTS = ["pytest", "numpy", "cloudpickle", "psutil", "pyyaml"]
-
-# package -> (distributions its tests install from dist/, further requirements)
+# package -> what its tests need besides its own wheel, its `test` extra, pytest and
+# horovod-testing (horovod-torch's example test launches through horovodrun when installed).
 TESTS = {
-    "horovod-core": (["horovod-core", "horovod-run"], []),
-    "horovod-torch": (["horovod-core", "horovod-torch", "horovod-run"], [TORCH]),
-    "horovod-run": (["horovod-core", "horovod-torch", "horovod-run"], [TORCH]),
+    "horovod-core": [],
+    "horovod-torch": ["horovod-run", TORCH],
+    "horovod-run": [],
 }
 
 NP = 2  # processes for demo and bench: one per core of the reference machine
@@ -66,15 +65,15 @@ def source_hash(package: str) -> str:
     return digest.hexdigest()
 
 
-def wheel(session: nox.Session, package: str) -> pathlib.Path:
-    """The package's wheel in dist/, built first unless dist/ has one of the current sources."""
+def ensure_wheel(session: nox.Session, package: str) -> None:
+    """Build the package's wheel into dist/ unless dist/ has one of the current sources."""
     pattern = package.replace("-", "_") + "-*.whl"
     stamp = DIST / f"{package}.sha256"
     digest = source_hash(package)
     wheels = sorted(DIST.glob(pattern))
     if len(wheels) == 1 and stamp.is_file() and stamp.read_text().strip() == digest:
         session.log(f"{wheels[0].name} is up to date with packages/{package}")
-        return wheels[0]
+        return
     for old in wheels:
         old.unlink()
     # scikit-build-core (the core's backend) keeps its CMake tree in build/<package>, apart from
@@ -84,19 +83,20 @@ def wheel(session: nox.Session, package: str) -> pathlib.Path:
         str(ROOT / "packages" / package),
         env={"SKBUILD_BUILD_DIR": str(ROOT / "build" / package)},
     )
-    (built,) = DIST.glob(pattern)
     stamp.write_text(digest + "\n")
-    return built
 
 
-def install(session: nox.Session, dists: list[str], *requirements: str) -> None:
-    """Install `dists` from dist/ (building what is stale) as a user would, plus `requirements`."""
-    for dist in dists:
-        wheel(session, dist)
+def install(session: nox.Session, *requirements: str) -> None:
+    """Install `requirements` as a user would, the project's distributions coming from dist/.
+
+    Every package's wheel is brought up to date first, since any of them may be a dependency.
+    """
+    for package in PACKAGES:
+        ensure_wheel(session, package)
     # A reused virtualenv may hold these names at the same version, and pip would keep the installed
     # copy instead of the wheel just built. (A local folder requirement is always reinstalled.)
-    session.run("python", "-m", "pip", "uninstall", "--yes", *dists, silent=True)
-    session.install("--find-links", str(DIST), *dists, *requirements)
+    session.run("python", "-m", "pip", "uninstall", "--yes", *PACKAGES, silent=True)
+    session.install("--find-links", str(DIST), *requirements)
 
 
 @nox.session
@@ -104,7 +104,7 @@ def build(session: nox.Session) -> None:
     """Build the wheel of every published package into dist/."""
     system_deps(session)
     for package in PACKAGES:
-        wheel(session, package)
+        ensure_wheel(session, package)
 
 
 @nox.session
@@ -115,9 +115,8 @@ def tests(session: nox.Session, package: str) -> None:
     pytest's exit status 5, "no tests collected", fails the session like any non-zero status.
     """
     system_deps(session)
-    dists, requirements = TESTS[package]
     testing = str(ROOT / "packages" / "horovod-testing")
-    install(session, dists, *TEST_REQUIREMENTS, *requirements, testing)
+    install(session, f"{package}[test]", *TESTS[package], "pytest", testing)
     session.chdir(ROOT / "packages" / package)
     session.run("python", "-m", "pytest", "tests", *session.posargs)
 
@@ -133,7 +132,7 @@ def lint(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """The README's main job: train the digits example on NP local processes."""
     system_deps(session)
-    install(session, ["horovod-core", "horovod-torch", "horovod-run"], TORCH, "scikit-learn")
+    install(session, "horovod-torch", "horovod-run", TORCH, "scikit-learn")
     session.run(
         "horovodrun", "-np", str(NP), "-H", f"localhost:{NP}",
         "python", str(ROOT / "docs" / "examples" / "pytorch" / "pytorch_digits.py"),
@@ -144,7 +143,7 @@ def demo(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Allreduce benchmark against torch.distributed's Gloo; results in benchmarks/results/."""
     system_deps(session)
-    install(session, ["horovod-core", "horovod-torch", "horovod-run"], TORCH)
+    install(session, "horovod-torch", "horovod-run", TORCH)
     results = ROOT / "benchmarks" / "results" / f"allreduce-np{NP}"
     session.run(
         "horovodrun", "-np", str(NP), "-H", f"localhost:{NP}",
