@@ -3,9 +3,6 @@
 import os
 import re
 
-LOG_LEVEL_STR = "HOROVOD_LOG_LEVEL"
-KUBEFLOW_MPI_EXEC = "/etc/mpi/kubexec.sh"
-
 # Driver variables never forwarded on a worker command line: shell functions, the previous
 # directory, GPU pinning (each host decides its own), and the job secret, which travels only
 # through the child's environment.
@@ -21,11 +18,6 @@ _RANK_SIZE_VARS = [
 def is_exportable(name: str) -> bool:
     """True if the driver variable ``name`` may be forwarded to workers by name."""
     return not any(re.match(pattern, name) for pattern in IGNORE_REGEXES)
-
-
-def is_kubeflow_mpi() -> bool:
-    """True when running under the Kubeflow MPI operator."""
-    return os.environ.get("OMPI_MCA_plm_rsh_agent") == KUBEFLOW_MPI_EXEC
 
 
 def get_env_rank_and_size():
