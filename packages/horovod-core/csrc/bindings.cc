@@ -20,9 +20,15 @@ using namespace horovod;
 
 namespace {
 
-// The engine of this process (one per hvd.init(); replaced after shutdown and init again).
+// The engine of this process (one per hvd.init(); replaced after shutdown and init again). Calls
+// take a reference under the mutex, so a concurrent shutdown never frees an engine in use.
 std::mutex g_engine_mu;
-std::unique_ptr<Engine> g_engine;
+std::shared_ptr<Engine> g_engine;
+
+std::shared_ptr<Engine> CurrentEngine() {
+  std::lock_guard<std::mutex> lock(g_engine_mu);
+  return g_engine;
+}
 
 const char* const kNotInitialized = "Horovod has not been initialized; use hvd.init().";
 
@@ -33,14 +39,18 @@ const char* const kNotInitialized = "Horovod has not been initialized; use hvd.i
   throw nb::python_error();
 }
 
-Engine& RequireEngine() {
-  if (!g_engine) TranslateStatus(Status::PreconditionError(kNotInitialized));
-  return *g_engine;
+// For operations: not being initialised is a HorovodInternalError (spec core.md §6.11).
+std::shared_ptr<Engine> RequireEngine() {
+  std::shared_ptr<Engine> engine = CurrentEngine();
+  if (!engine) TranslateStatus(Status::PreconditionError(kNotInitialized));
+  return engine;
 }
 
-Engine& RequireEngineForQuery() {
-  if (!g_engine) throw nb::value_error(kNotInitialized);
-  return *g_engine;
+// For queries (rank(), size(), ...): not being initialised is a ValueError (spec core.md §2).
+std::shared_ptr<Engine> RequireEngineForQuery() {
+  std::shared_ptr<Engine> engine = CurrentEngine();
+  if (!engine) throw nb::value_error(kNotInitialized);
+  return engine;
 }
 
 // The rendezvous store, backed by a Python object with set(key: str, value: bytes) and
@@ -180,7 +190,8 @@ void EnqueueChecked(Engine& engine, int64_t handle, std::vector<Request> request
 void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequence& outputs,
                       const std::vector<std::string>& names, int32_t op, double prescale, double postscale,
                       int32_t process_set_id) {
-  Engine& engine = RequireEngine();
+  std::shared_ptr<Engine> engine_ref = RequireEngine();
+  Engine& engine = *engine_ref;
   CheckProcessSet(process_set_id);
   std::vector<TensorView> in = ToTensorViews(inputs, "allreduce input");
   std::vector<TensorView> out = ToTensorViews(outputs, "allreduce output");
@@ -221,7 +232,8 @@ void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequ
 
 void EnqueueAllgather(int64_t handle, const nb::sequence& inputs, const std::vector<std::string>& names,
                       int32_t process_set_id) {
-  Engine& engine = RequireEngine();
+  std::shared_ptr<Engine> engine_ref = RequireEngine();
+  Engine& engine = *engine_ref;
   CheckProcessSet(process_set_id);
   std::vector<TensorView> in = ToTensorViews(inputs, "allgather input");
   CheckNames(names, in.size());
@@ -240,7 +252,8 @@ void EnqueueAllgather(int64_t handle, const nb::sequence& inputs, const std::vec
 
 void EnqueueBroadcast(int64_t handle, const nb::sequence& tensors, const std::vector<std::string>& names,
                       int32_t root_rank, int32_t process_set_id) {
-  Engine& engine = RequireEngine();
+  std::shared_ptr<Engine> engine_ref = RequireEngine();
+  Engine& engine = *engine_ref;
   CheckProcessSet(process_set_id);
   if (root_rank < 0 || root_rank >= engine.config().size) {
     throw nb::value_error(("broadcast root rank " + std::to_string(root_rank) + " is not a rank of the process set "
@@ -265,7 +278,8 @@ void EnqueueBroadcast(int64_t handle, const nb::sequence& tensors, const std::ve
 }
 
 std::shared_ptr<HandleState> RequireHandle(int64_t handle) {
-  std::shared_ptr<HandleState> state = g_engine ? g_engine->GetHandle(handle) : nullptr;
+  std::shared_ptr<Engine> engine = CurrentEngine();
+  std::shared_ptr<HandleState> state = engine ? engine->GetHandle(handle) : nullptr;
   if (!state) throw nb::value_error(("unknown or already synchronized handle " + std::to_string(handle)).c_str());
   return state;
 }
@@ -294,7 +308,7 @@ nb::list Wait(int64_t handle) {
     if (done) break;
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
   }
-  if (g_engine) g_engine->ReleaseHandle(handle);
+  if (std::shared_ptr<Engine> engine = CurrentEngine()) engine->ReleaseHandle(handle);
   Status status = state->status();
   if (!status.ok()) TranslateStatus(status);
   nb::list result;
@@ -318,18 +332,18 @@ void Init(const std::map<std::string, std::string>& env, nb::object store, const
     nb::gil_scoped_release release;
     engine = Engine::Start(config, python_store.get(), key_prefix);
   }
-  g_engine = std::move(engine);
+  g_engine = std::shared_ptr<Engine>(std::move(engine));
 }
 
 void Shutdown() {
-  std::unique_ptr<Engine> engine;
+  std::shared_ptr<Engine> engine;
   {
     std::lock_guard<std::mutex> lock(g_engine_mu);
     engine = std::move(g_engine);
   }
   if (!engine) return;
   nb::gil_scoped_release release;
-  engine.reset();
+  engine->Shutdown();
 }
 
 }  // namespace
@@ -361,17 +375,17 @@ NB_MODULE(_core, m) {
 
   m.def("init", &Init, nb::arg("env"), nb::arg("store").none(), nb::arg("key_prefix"));
   m.def("shutdown", &Shutdown);
-  m.def("is_initialized", [] { return g_engine != nullptr; });
-  m.def("rank", [] { return RequireEngineForQuery().config().rank; });
-  m.def("size", [] { return RequireEngineForQuery().config().size; });
-  m.def("local_rank", [] { return RequireEngineForQuery().config().local_rank; });
-  m.def("local_size", [] { return RequireEngineForQuery().config().local_size; });
-  m.def("cross_rank", [] { return RequireEngineForQuery().config().cross_rank; });
-  m.def("cross_size", [] { return RequireEngineForQuery().config().cross_size; });
-  m.def("is_homogeneous", [] { return RequireEngineForQuery().is_homogeneous(); });
-  m.def("backend_name", [] { return std::string(RequireEngineForQuery().backend_name()); });
+  m.def("is_initialized", [] { return CurrentEngine() != nullptr; });
+  m.def("rank", [] { return RequireEngineForQuery()->config().rank; });
+  m.def("size", [] { return RequireEngineForQuery()->config().size; });
+  m.def("local_rank", [] { return RequireEngineForQuery()->config().local_rank; });
+  m.def("local_size", [] { return RequireEngineForQuery()->config().local_size; });
+  m.def("cross_rank", [] { return RequireEngineForQuery()->config().cross_rank; });
+  m.def("cross_size", [] { return RequireEngineForQuery()->config().cross_size; });
+  m.def("is_homogeneous", [] { return RequireEngineForQuery()->is_homogeneous(); });
+  m.def("backend_name", [] { return std::string(RequireEngineForQuery()->backend_name()); });
 
-  m.def("new_handle", [] { return RequireEngine().NewHandle(); });
+  m.def("new_handle", [] { return RequireEngine()->NewHandle(); });
   m.def("enqueue_allreduce", &EnqueueAllreduce, nb::arg("handle"), nb::arg("inputs"), nb::arg("outputs"),
         nb::arg("names"), nb::arg("op"), nb::arg("prescale_factor"), nb::arg("postscale_factor"),
         nb::arg("process_set_id"));
