@@ -139,3 +139,21 @@ def get_average_backwards_compatibility_fun(reduce_ops):
         return reduce_ops.Average
 
     return handle_average_backwards_compatibility
+
+
+# Framework packages (and the launcher) this core works with: distribution -> release series.
+SUPPORTED_PACKAGES = {"horovod-torch": "0.28", "horovod-run": "0.28"}
+
+
+def check_framework_package(distribution, version):
+    """Called by a framework package at import: raises ImportError, with the command that fixes
+    it, when this horovod-core does not support ``distribution`` at ``version``."""
+    from horovod import __version__ as core_version
+    series = SUPPORTED_PACKAGES.get(distribution)
+    if series is None:
+        raise ImportError(f"{distribution} is not a package this horovod-core {core_version} knows; "
+                          f"supported: {', '.join(sorted(SUPPORTED_PACKAGES))}.")
+    if version != series and not version.startswith(series + "."):
+        raise ImportError(f"{distribution} {version} does not work with horovod-core {core_version}, which "
+                          f"supports {distribution} {series}.x; install matching versions, e.g. "
+                          f"pip install '{distribution}=={core_version}' 'horovod-core=={core_version}'.")
