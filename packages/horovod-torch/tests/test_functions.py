@@ -1,8 +1,11 @@
-"""broadcast_parameters, broadcast_optimizer_state, broadcast_object and allgather_object."""
+"""broadcast_parameters, broadcast_optimizer_state, broadcast_object and allgather_object.
+
+One job per world size runs every worker body below; each test checks its part of the results.
+"""
 
 import pytest
 import torch
-from horovod_testing import run_ranks
+from jobs import job_fixture
 
 
 def make_model(seed):
@@ -10,10 +13,11 @@ def make_model(seed):
     return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
 
 
-def broadcast_parameters_worker(root):
+def broadcast_parameters_worker():
     import horovod.torch as hvd
     hvd.init()
     rank = hvd.rank()
+    root = hvd.size() - 1
     results = {}
 
     model = make_model(seed=rank)
@@ -38,10 +42,9 @@ def broadcast_parameters_worker(root):
     return results
 
 
-@pytest.mark.parametrize('np_', [2, 3])
-def test_broadcast_parameters(np_):
+def test_broadcast_parameters(job):
+    np_, results = job('parameters')
     root = np_ - 1
-    results = run_ranks(np_, broadcast_parameters_worker, root)
     expected_model = make_model(seed=root)
     for per_rank in results:
         for key, value in expected_model.state_dict().items():
@@ -56,7 +59,12 @@ def test_broadcast_parameters(np_):
         assert 'str' in per_rank['errors'][2]
 
 
-def optimizer_state_worker(optimizer_name, wrap):
+def optimizer_state_worker():
+    return {(optimizer_name, wrap): optimizer_state(optimizer_name, wrap)
+            for optimizer_name in ('sgd', 'adam') for wrap in (False, True)}
+
+
+def optimizer_state(optimizer_name, wrap):
     import horovod.torch as hvd
     hvd.init()
     rank = hvd.rank()
@@ -83,8 +91,9 @@ def optimizer_state_worker(optimizer_name, wrap):
 
 @pytest.mark.parametrize('optimizer_name', ['sgd', 'adam'])
 @pytest.mark.parametrize('wrap', [False, True])
-def test_broadcast_optimizer_state(optimizer_name, wrap):
-    results = run_ranks(2, optimizer_state_worker, optimizer_name, wrap)
+def test_broadcast_optimizer_state(job, optimizer_name, wrap):
+    _, results = job('optimizer_state')
+    results = [per_rank[(optimizer_name, wrap)] for per_rank in results]
     root = results[0]
     for state_dict in results[1:]:
         assert state_dict['param_groups'] == root['param_groups']
@@ -119,8 +128,8 @@ def fresh_optimizer_worker():
     return opt.state_dict(), [p.detach().clone() for p in model.parameters()], lbfgs_error
 
 
-def test_broadcast_optimizer_state_initialises_empty_state():
-    results = run_ranks(2, fresh_optimizer_worker)
+def test_broadcast_optimizer_state_initialises_empty_state(job):
+    _, results = job('fresh_optimizer')
     for state_dict, params, lbfgs_error in results:
         assert len(state_dict['state']) == 4
         for state in state_dict['state'].values():
@@ -150,12 +159,18 @@ def objects_worker():
     return obj.rank, obj.data, default_root, gathered, named
 
 
-@pytest.mark.parametrize('np_', [1, 2, 3])
-def test_broadcast_and_allgather_object(np_):
-    results = run_ranks(np_, objects_worker)
+def test_broadcast_and_allgather_object(job):
+    np_, results = job('objects')
     for obj_rank, obj_data, default_root, gathered, named in results:
         assert obj_rank == np_ - 1
         assert obj_data == Payload(np_ - 1).data
         assert default_root == {'from': 0}
         assert gathered == [Payload(r).data for r in range(np_)]
         assert named == [10 * r for r in range(np_)]
+
+
+WORKERS = {'parameters': broadcast_parameters_worker, 'optimizer_state': optimizer_state_worker,
+           'fresh_optimizer': fresh_optimizer_worker, 'objects': objects_worker}
+
+
+job = job_fixture(WORKERS)

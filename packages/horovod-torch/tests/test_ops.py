@@ -1,10 +1,14 @@
-"""Every collective of horovod.torch, in every form and supported dtype, against numpy
-references computed in the test process from the same seeded per-rank inputs."""
+"""Every collective of horovod.torch, in every form and supported dtype, and the gradients of
+the differentiable ones, against numpy references computed in the test process from the same
+seeded per-rank inputs.
+
+One job per world size runs every worker body below (starting ranks costs seconds, the
+collectives milliseconds); each test then checks its part of the results.
+"""
 
 import numpy as np
-import pytest
 import torch
-from horovod_testing import run_ranks
+from jobs import job_fixture
 
 REDUCE_DTYPES = [torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
                  torch.float64]
@@ -108,9 +112,8 @@ def allreduce_worker():
     return results
 
 
-@pytest.mark.parametrize('np_', [1, 2, 3])
-def test_allreduce_all_dtypes_ops_and_forms(np_):
-    results = run_ranks(np_, allreduce_worker)
+def test_allreduce_all_dtypes_ops_and_forms(job):
+    np_, results = job('allreduce')
     for dtype in REDUCE_DTYPES:
         for op_name in OP_NAMES:
             shapes = SHAPES if op_name == 'Sum' else SHAPES[1:2]
@@ -154,9 +157,8 @@ def grouped_worker():
     return results
 
 
-@pytest.mark.parametrize('np_', [1, 3])
-def test_grouped_allreduce(np_):
-    results = run_ranks(np_, grouped_worker)
+def test_grouped_allreduce(job):
+    np_, results = job('grouped')
     for op_name in ('Average', 'Sum', 'Max'):
         expected = [reference_allreduce(np_, dtype, (3, 4), op_name, salt=i)
                     for i, dtype in enumerate(GROUP_DTYPES)]
@@ -183,9 +185,8 @@ def allgather_worker():
     return results
 
 
-@pytest.mark.parametrize('np_', [1, 2, 3])
-def test_allgather_all_dtypes(np_):
-    results = run_ranks(np_, allgather_worker)
+def test_allgather_all_dtypes(job):
+    np_, results = job('allgather')
     for dtype in MOVE_DTYPES:
         for trailing in [(), (3,), (2, 5)]:
             expected = np.concatenate([as_numpy(rank_input(r, dtype, (r + 1, *trailing)))
@@ -224,9 +225,8 @@ def broadcast_worker():
     return results
 
 
-@pytest.mark.parametrize('np_', [1, 2, 3])
-def test_broadcast_all_dtypes(np_):
-    results = run_ranks(np_, broadcast_worker)
+def test_broadcast_all_dtypes(job):
+    np_, results = job('broadcast')
     for dtype in MOVE_DTYPES:
         for root in sorted({0, np_ - 1}):
             expected = as_numpy(rank_input(root, dtype, (4, 3)))
@@ -245,21 +245,141 @@ def names_and_handles_worker():
                for i in range(20)]
     assert handles == sorted(handles) and len(set(handles)) == len(handles)
     sums = [hvd.synchronize(h)[0].item() for h in reversed(handles)]
-    # Submitting a name that is still in flight is an error at submission.
-    first = hvd.allreduce_async(torch.ones(2), name='twice')
-    try:
-        hvd.allreduce_async(torch.ones(2), name='twice')
-        duplicate_error = None
-    except ValueError as e:
-        duplicate_error = str(e)
-    hvd.synchronize(first)
-    return sums, duplicate_error, hvd.synchronize(first)
+    # Submitting a name that is still in flight is an error at submission. Rank 0 holds 'twice'
+    # in flight by submitting it before any peer does (so this needs two or more ranks); the
+    # peers submit it once rank 0 has tried the duplicate and broadcasts that it is done.
+    duplicate_error = None
+    if hvd.size() > 1:
+        if hvd.rank() == 0:
+            first = hvd.allreduce_async(torch.ones(2), name='twice')
+            try:
+                hvd.allreduce_async(torch.ones(2), name='twice')
+            except ValueError as e:
+                duplicate_error = str(e)
+            hvd.broadcast_object('go', root_rank=0, name='duplicate_done')
+        else:
+            hvd.broadcast_object(None, root_rank=0, name='duplicate_done')
+            first = hvd.allreduce_async(torch.ones(2), name='twice')
+        hvd.synchronize(first)
+        second_sync = hvd.synchronize(first)
+    else:
+        second_sync = hvd.synchronize(hvd.allreduce_async(torch.ones(2), name='once'))
+    return sums, duplicate_error, second_sync
 
 
-def test_unnamed_ops_in_flight_and_duplicate_names():
-    results = run_ranks(2, names_and_handles_worker)
-    expected = [float(sum(r + i for r in range(2))) for i in reversed(range(20))]
-    for sums, duplicate_error, second_sync in results:
+def test_unnamed_ops_in_flight_and_duplicate_names(job):
+    np_, results = job('names')
+    expected = [float(sum(r + i for r in range(np_))) for i in reversed(range(20))]
+    for rank, (sums, duplicate_error, second_sync) in enumerate(results):
         assert sums == expected
-        assert duplicate_error is not None
-        assert second_sync is None
+        if np_ > 1 and rank == 0:
+            assert 'twice' in duplicate_error
+        else:
+            assert duplicate_error is None
+        # Synchronizing a handle a second time returns None (np > 1); at np=1, the result.
+        assert second_sync is None if np_ > 1 else second_sync.tolist() == [1.0, 1.0]
+
+
+# Gradients: rank r computes loss_r = sum(op(x_r) * w_r) with its own weights w_r and calls
+# loss_r.backward(); the expected gradient of x_r follows from the backward rules of the spec.
+
+
+def weights(rank, shape, salt):
+    rng = np.random.default_rng([rank, salt])
+    return torch.from_numpy(rng.uniform(-1.0, 1.0, shape))
+
+
+def autograd_worker():
+    import horovod.torch as hvd
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    root = size - 1
+    grads = {}
+
+    x = torch.ones(3, 4, dtype=torch.float64, requires_grad=True)
+    for op_name in ('Sum', 'Average'):
+        x.grad = None
+        y = hvd.allreduce(x, op=getattr(hvd, op_name), prescale_factor=2.0)
+        (y * weights(rank, (3, 4), 0)).sum().backward()
+        grads[f'allreduce.{op_name}'] = x.grad.numpy().copy()
+
+    a = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    b = torch.ones(3, 2, dtype=torch.float64, requires_grad=True)
+    ya, yb = hvd.grouped_allreduce([a, b], op=hvd.Sum)
+    ((ya * weights(rank, (2,), 1)).sum() + (yb * weights(rank, (3, 2), 2)).sum()).backward()
+    grads['grouped.a'] = a.grad.numpy().copy()
+    grads['grouped.b'] = b.grad.numpy().copy()
+
+    # Rank r contributes r + 1 rows.
+    g = torch.ones(rank + 1, 2, dtype=torch.float64, requires_grad=True)
+    total_rows = size * (size + 1) // 2
+    (hvd.allgather(g) * weights(rank, (total_rows, 2), 3)).sum().backward()
+    grads['allgather'] = g.grad.numpy().copy()
+
+    c = torch.ones(5, dtype=torch.float64, requires_grad=True)
+    out = hvd.broadcast(c, root_rank=root)
+    (out * weights(rank, (5,), 4)).sum().backward()
+    grads['broadcast'] = c.grad.numpy().copy()
+
+    # A gradient that arrives non-contiguous (an expanded view) still reduces.
+    d = torch.ones(4, 3, dtype=torch.float64, requires_grad=True)
+    hvd.allreduce(d, op=hvd.Sum).sum().backward()
+    grads['expanded'] = d.grad.numpy().copy()
+    return grads
+
+
+def test_gradients(job):
+    np_, results = job('autograd')
+
+    def mean_weights(shape, salt):
+        return np.mean([weights(r, shape, salt).numpy() for r in range(np_)], axis=0)
+
+    def sum_weights(shape, salt):
+        return np.sum([weights(r, shape, salt).numpy() for r in range(np_)], axis=0)
+
+    offsets = np.cumsum([0] + [r + 1 for r in range(np_)])
+    total_rows = offsets[-1]
+    for rank, grads in enumerate(results):
+        # d(postscale * sum(prescale * x))/dx, allreduced with the same settings.
+        np.testing.assert_allclose(grads['allreduce.Sum'], 2.0 * sum_weights((3, 4), 0))
+        np.testing.assert_allclose(grads['allreduce.Average'], 2.0 * mean_weights((3, 4), 0))
+        np.testing.assert_allclose(grads['grouped.a'], sum_weights((2,), 1))
+        np.testing.assert_allclose(grads['grouped.b'], sum_weights((3, 2), 2))
+        rows = mean_weights((total_rows, 2), 3)[offsets[rank]:offsets[rank + 1]]
+        np.testing.assert_allclose(grads['allgather'], rows)
+        expected = mean_weights((5,), 4) if rank == np_ - 1 else np.zeros(5)
+        np.testing.assert_allclose(grads['broadcast'], expected)
+        np.testing.assert_allclose(grads['expanded'], np.full((4, 3), float(np_)))
+
+
+def fp16_worker():
+    import horovod.torch as hvd
+    hvd.init()
+    rng = np.random.default_rng(hvd.rank())
+    x = torch.from_numpy(rng.uniform(-1.0, 1.0, (64,))).float()
+    out = hvd.allreduce(x, op=hvd.Average, compression=hvd.Compression.fp16, name='fp16')
+    grouped = hvd.grouped_allreduce([x, torch.arange(4)], op=hvd.Sum,
+                                    compression=hvd.Compression.fp16)
+    return out, grouped
+
+
+def test_fp16_compression_allreduce(job):
+    np_, results = job('fp16')
+    inputs = [np.random.default_rng(r).uniform(-1.0, 1.0, (64,)).astype(np.float32)
+              for r in range(np_)]
+    for out, (g_float, g_int) in results:
+        assert out.dtype == torch.float32 and g_float.dtype == torch.float32
+        assert g_int.dtype == torch.int64
+        np.testing.assert_allclose(out.numpy(), np.mean(inputs, axis=0), atol=2e-3)
+        np.testing.assert_allclose(g_float.numpy(), np.sum(inputs, axis=0), atol=4e-3)
+        np.testing.assert_array_equal(g_int.numpy(), np_ * np.arange(4))
+
+
+# 'names' runs last: its rejected duplicate submission takes a handle on rank 0 only, after which
+# the ranks' automatic names no longer line up.
+WORKERS = {'allreduce': allreduce_worker, 'grouped': grouped_worker,
+           'allgather': allgather_worker, 'broadcast': broadcast_worker,
+           'autograd': autograd_worker, 'fp16': fp16_worker, 'names': names_and_handles_worker}
+
+
+job = job_fixture(WORKERS)
