@@ -178,6 +178,14 @@ Request MakeRequest(RequestType type, const TensorView& view, const std::string&
   return request;
 }
 
+TensorTableEntry MakeEntry(const std::string& name, const TensorView& input, const TensorView& output) {
+  TensorTableEntry entry;
+  entry.name = name;
+  entry.input = input;
+  entry.output = output;
+  return entry;
+}
+
 void EnqueueChecked(Engine& engine, int64_t handle, std::vector<Request> requests,
                     std::vector<TensorTableEntry> entries) {
   try {
@@ -190,8 +198,7 @@ void EnqueueChecked(Engine& engine, int64_t handle, std::vector<Request> request
 void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequence& outputs,
                       const std::vector<std::string>& names, int32_t op, double prescale, double postscale,
                       int32_t process_set_id) {
-  std::shared_ptr<Engine> engine_ref = RequireEngine();
-  Engine& engine = *engine_ref;
+  std::shared_ptr<Engine> engine = RequireEngine();
   CheckProcessSet(process_set_id);
   std::vector<TensorView> in = ToTensorViews(inputs, "allreduce input");
   std::vector<TensorView> out = ToTensorViews(outputs, "allreduce output");
@@ -221,19 +228,14 @@ void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequ
     request.prescale_factor = prescale;
     request.postscale_factor = postscale;
     requests.push_back(std::move(request));
-    TensorTableEntry entry;
-    entry.name = names[i];
-    entry.input = in[i];
-    entry.output = out[i];
-    entries.push_back(std::move(entry));
+    entries.push_back(MakeEntry(names[i], in[i], out[i]));
   }
-  EnqueueChecked(engine, handle, std::move(requests), std::move(entries));
+  EnqueueChecked(*engine, handle, std::move(requests), std::move(entries));
 }
 
 void EnqueueAllgather(int64_t handle, const nb::sequence& inputs, const std::vector<std::string>& names,
                       int32_t process_set_id) {
-  std::shared_ptr<Engine> engine_ref = RequireEngine();
-  Engine& engine = *engine_ref;
+  std::shared_ptr<Engine> engine = RequireEngine();
   CheckProcessSet(process_set_id);
   std::vector<TensorView> in = ToTensorViews(inputs, "allgather input");
   CheckNames(names, in.size());
@@ -242,22 +244,18 @@ void EnqueueAllgather(int64_t handle, const nb::sequence& inputs, const std::vec
   std::vector<TensorTableEntry> entries;
   for (size_t i = 0; i < in.size(); ++i) {
     requests.push_back(MakeRequest(RequestType::ALLGATHER, in[i], names[i], group_id));
-    TensorTableEntry entry;
-    entry.name = names[i];
-    entry.input = in[i];
-    entries.push_back(std::move(entry));
+    entries.push_back(MakeEntry(names[i], in[i], TensorView()));
   }
-  EnqueueChecked(engine, handle, std::move(requests), std::move(entries));
+  EnqueueChecked(*engine, handle, std::move(requests), std::move(entries));
 }
 
 void EnqueueBroadcast(int64_t handle, const nb::sequence& tensors, const std::vector<std::string>& names,
                       int32_t root_rank, int32_t process_set_id) {
-  std::shared_ptr<Engine> engine_ref = RequireEngine();
-  Engine& engine = *engine_ref;
+  std::shared_ptr<Engine> engine = RequireEngine();
   CheckProcessSet(process_set_id);
-  if (root_rank < 0 || root_rank >= engine.config().size) {
+  if (root_rank < 0 || root_rank >= engine->config().size) {
     throw nb::value_error(("broadcast root rank " + std::to_string(root_rank) + " is not a rank of the process set "
-                           "(expected 0 <= root_rank < " + std::to_string(engine.config().size) + ")")
+                           "(expected 0 <= root_rank < " + std::to_string(engine->config().size) + ")")
                               .c_str());
   }
   std::vector<TensorView> views = ToTensorViews(tensors, "broadcast tensor");
@@ -268,13 +266,9 @@ void EnqueueBroadcast(int64_t handle, const nb::sequence& tensors, const std::ve
     Request request = MakeRequest(RequestType::BROADCAST, views[i], names[i], 0);
     request.root_rank = root_rank;
     requests.push_back(std::move(request));
-    TensorTableEntry entry;
-    entry.name = names[i];
-    entry.input = views[i];
-    entry.output = views[i];
-    entries.push_back(std::move(entry));
+    entries.push_back(MakeEntry(names[i], views[i], views[i]));
   }
-  EnqueueChecked(engine, handle, std::move(requests), std::move(entries));
+  EnqueueChecked(*engine, handle, std::move(requests), std::move(entries));
 }
 
 std::shared_ptr<HandleState> RequireHandle(int64_t handle) {
