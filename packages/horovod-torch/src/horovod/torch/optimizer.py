@@ -352,7 +352,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         ValueError: ``gradient_predivide_factor != 1.0`` with an op other than ``Average``;
             ``backward_passes_per_step`` not a positive int; bad ``groups`` (not a positive int
             or a list of lists of tensors, or a tensor listed twice); ``named_parameters``
-            entries that are not tuples, duplicate names, or parameters left unnamed.
+            entries that are not tuples, duplicate names, or parameters left unnamed; Horovod
+            is not initialised.
         NotImplementedError: ``op`` is ``Adasum`` (not available in this release).
     """
     if gradient_predivide_factor != 1.0 and op != Average:
