@@ -130,7 +130,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """The README's main job: train the digits example on NP local processes."""
+    """The README's main job: train the digits example on NP (2) local processes."""
     system_deps(session)
     install(session, "horovod-torch", "horovod-run", TORCH, "scikit-learn")
     session.run(
