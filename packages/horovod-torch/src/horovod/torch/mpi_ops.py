@@ -14,7 +14,7 @@ import warnings
 
 from horovod.common import ops as _ops
 from horovod.common.basics import HorovodBasics as _HorovodBasics
-from horovod.common.exceptions import HorovodInternalError
+from horovod.common.exceptions import HorovodInternalError  # noqa: F401 (re-exported)
 from horovod.common.process_sets import ProcessSet, global_process_set
 from horovod.torch.compression import Compression
 
@@ -132,10 +132,6 @@ def _check_tensor_list(tensors, allowed_dtypes, op_name):
                          f'got {type(tensors).__name__}.')
     for t in tensors:
         _check_tensor(t, allowed_dtypes, op_name)
-    devices = {t.device for t in tensors}
-    if len(devices) > 1:
-        raise HorovodInternalError(f'{op_name}: every tensor of a group must be on the same '
-                                   f'device, got {sorted(str(d) for d in devices)}.')
 
 
 def _check_reduce_op(op):
@@ -252,8 +248,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     ``i`` of ``n`` ``grouped_allreduce.<name>_<i+1>of<n>``.
 
     Args:
-        tensors: non-empty list of tensors, each as for :func:`allreduce_async`, all on the same
-            device.
+        tensors: non-empty list of tensors, each as for :func:`allreduce_async`.
         average, name, op, prescale_factor, postscale_factor, process_set: as for
             :func:`allreduce_async`.
 
@@ -262,7 +257,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 
     Raises:
         ValueError: as for :func:`allreduce_async`, or ``tensors`` is not a non-empty list.
-        HorovodInternalError: tensors on different devices; Horovod not initialised.
+        HorovodInternalError: Horovod is not initialised or has been shut down.
     """
     _check_tensor_list(tensors, _REDUCE_DTYPES, 'grouped_allreduce')
     outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
