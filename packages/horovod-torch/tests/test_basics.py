@@ -166,3 +166,21 @@ def test_errors(job):
 
 # 'basics' runs last: it shuts Horovod down and initialises it again.
 job = job_fixture({'errors': errors_worker, 'basics': basics_worker})
+
+
+def test_compression_round_trip():
+    from horovod.torch.compression import Compression, FP16Compressor, NoneCompressor
+    assert Compression.none is NoneCompressor and Compression.fp16 is FP16Compressor
+    x = torch.linspace(-2.0, 2.0, 9, dtype=torch.float64)
+    same, ctx = Compression.none.compress(x)
+    assert same is x and ctx is None and Compression.none.decompress(same, ctx) is x
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        compressed, ctx = Compression.fp16.compress(x.to(dtype))
+        assert compressed.dtype == torch.float16 and ctx == dtype
+        restored = Compression.fp16.decompress(compressed, ctx)
+        assert restored.dtype == dtype
+        torch.testing.assert_close(restored.double(), x, rtol=1e-2, atol=1e-2)
+    ints = torch.arange(5)
+    compressed, ctx = Compression.fp16.compress(ints)
+    assert compressed is ints and ctx is None
+    assert Compression.fp16.decompress(compressed, ctx) is ints
