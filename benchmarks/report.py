@@ -33,11 +33,12 @@ def header(libraries: list[str]) -> str:
     per_lib = f"{'time':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
     units = f"{'(us)':>10} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}"
     names = "".join(f"  {name:^33}" for name in libraries)
-    return "\n".join([
-        f"#{'':36}{names}".rstrip(),
+    lines = [
+        f"#{'':36}{names}",
         f"# {'size':>10} {'count':>10} {'type':>6} {'redop':>6}" + f"  {per_lib}" * len(libraries),
-        (f"# {'(B)':>10} {'(elements)':>10} {'':>6} {'':>6}" + f"  {units}" * len(libraries)).rstrip(),
-    ])
+        f"# {'(B)':>10} {'(elements)':>10} {'':>6} {'':>6}" + f"  {units}" * len(libraries),
+    ]
+    return "\n".join(text.rstrip() for text in lines)
 
 
 def line(rows: list[dict]) -> str:
@@ -72,6 +73,9 @@ def machine(ranks: int) -> dict:
         "torch": torch.__version__,
         "horovod": horovod.__version__,
         "np": ranks,
+        # Other processes competing for the cores slow both libraries: the 1-minute load average
+        # when the results are written (a quiet machine shows about np).
+        "load_average": round(os.getloadavg()[0], 2),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
@@ -89,7 +93,8 @@ def write_markdown(path: str, results: dict) -> None:
         f"# Allreduce, np={m['np']}",
         "",
         f"{m['cpu']}, {m['cores']} cores; {m['os']}; Python {m['python']}, torch {m['torch']}, "
-        f"horovod {m['horovod']}; {m['date']}. Columns: benchmarks/README.md.",
+        f"horovod {m['horovod']}; {m['date']}; load average {m['load_average']}. "
+        "Columns: benchmarks/README.md.",
         "",
         "| size (B) | count | " + " | ".join(
             f"{lib} {c}" for lib in libraries
