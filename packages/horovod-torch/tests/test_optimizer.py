@@ -141,8 +141,10 @@ def behaviour_worker():
     rank = hvd.rank()
     out = {}
     model = Net()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                   named_parameters=model.named_parameters())
+    # Built under no_grad (the hooks must still be installed).
+    with torch.no_grad():
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
+                                       named_parameters=model.named_parameters())
     out['names'] = sorted(opt._parameter_names.values())
     out['class'] = (type(opt).__name__, isinstance(opt, torch.optim.SGD),
                     type(opt).__module__)

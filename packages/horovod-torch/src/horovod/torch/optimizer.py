@@ -125,7 +125,9 @@ class _DistributedOptimizer:
                     self._requires_update.add(p)
                     # expand_as gives a view whose grad_fn leads to p's AccumulateGrad node; a
                     # hook there runs once per backward, after p.grad holds the new gradient.
-                    grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                    # (Grad mode on, in case the optimizer is built under torch.no_grad().)
+                    with torch.enable_grad():
+                        grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
                     grad_acc.register_hook(self._make_hook(p))
                     self._grad_accs.append(grad_acc)
 
