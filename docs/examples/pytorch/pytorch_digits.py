@@ -6,8 +6,9 @@ so nothing is downloaded. Run on two processes with
     horovodrun -np 2 -H localhost:2 python pytorch_digits.py
 
 or on one with ``python pytorch_digits.py``. Every rank trains on its own shard of the training
-set; gradients are averaged by ``hvd.DistributedOptimizer``. The script ends by printing the test
-accuracy and checking that every rank holds bitwise-identical parameters (exit status 1 if not).
+set; gradients are averaged by ``hvd.DistributedOptimizer``. After training, the script checks
+that every rank holds bitwise-identical parameters (exit status 1 if not), and rank 0 writes a
+checkpoint and ends by printing the test accuracy.
 """
 
 import argparse
@@ -117,19 +118,18 @@ def main():
             print(f'epoch {epoch:2d}: train loss {train_loss:.4f}, '
                   f'train accuracy {train_accuracy:.4f}', flush=True)
 
-    test_loss, test_accuracy = evaluate(model, x_test, y_test)
-    if hvd.rank() == 0:
-        torch.save(model.state_dict(), args.checkpoint)
-        print(f'checkpoint written to {args.checkpoint}')
-        print(f'test loss: {test_loss:.4f}')
-        print(f'test accuracy: {test_accuracy:.4f}', flush=True)
-
     if not check_identical_parameters(model):
         print(f'rank {hvd.rank()}: parameters differ between ranks after training',
               file=sys.stderr)
         sys.exit(1)
+
+    test_loss, test_accuracy = evaluate(model, x_test, y_test)
     if hvd.rank() == 0:
+        torch.save(model.state_dict(), args.checkpoint)
+        print(f'checkpoint written to {args.checkpoint}')
         print(f'parameters identical on all {hvd.size()} ranks')
+        print(f'test loss: {test_loss:.4f}')
+        print(f'test accuracy: {test_accuracy:.4f}', flush=True)
 
 
 if __name__ == '__main__':
