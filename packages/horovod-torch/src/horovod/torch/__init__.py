@@ -5,7 +5,16 @@
 state from rank 0 with ``hvd.broadcast_parameters`` and ``hvd.broadcast_optimizer_state``.
 """
 
-from horovod.torch import mpi_ops
+from importlib.metadata import PackageNotFoundError, version as _version
+
+from horovod.common.util import check_framework_package as _check_framework_package
+
+try:
+    _check_framework_package("horovod-torch", _version("horovod-torch"))
+except PackageNotFoundError:
+    pass  # running from a source tree rather than an installed distribution
+
+from horovod.torch import mpi_ops  # noqa: E402
 from horovod.torch.compression import Compression
 from horovod.torch.functions import (
     allgather_object,
