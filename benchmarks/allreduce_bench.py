@@ -5,8 +5,8 @@ Run one process per rank under the launcher, on one host:
     horovodrun -np 2 -H localhost:2 python benchmarks/allreduce_bench.py --json out.json
 
 Two measurements, each for both libraries:
-1. a sweep of float32 sum allreduces from --min-bytes to --max-bytes (x --step-factor), in place,
-   timed over --iters calls after --warmup calls, with one checked call per size;
+1. a sweep of float32 sum allreduces from --min-bytes to --max-bytes (x --step-factor), in place:
+   the median of --iters timed calls after --warmup calls, and one checked call per size;
 2. many small tensors: --small-tensors tensors of --small-bytes submitted asynchronously, then all
    waited on; the median over --small-steps steps.
 
@@ -91,13 +91,15 @@ def sweep_row(lib, count: int, warmup: int, iters: int) -> dict:
     for _ in range(warmup):
         lib.allreduce(tensor)
     dist.barrier()
-    start = time.perf_counter()
+    times = []
     for _ in range(iters):
+        start = time.perf_counter()
         lib.allreduce(tensor)
-    seconds = slowest((time.perf_counter() - start) / iters)
+        times.append(time.perf_counter() - start)
     checked = filled(count)
     lib.allreduce(checked)
-    return report.row(lib.name, count * 4, count, seconds, count_wrong([checked]), hvd.size())
+    return report.row(lib.name, count * 4, count, slowest(statistics.median(times)),
+                      slowest(statistics.mean(times)), count_wrong([checked]), hvd.size())
 
 
 def many_small_row(lib, tensors: int, count: int, warmup: int, steps: int) -> dict:
@@ -127,7 +129,7 @@ def main() -> None:
     parser.add_argument("--max-bytes", type=int, default=64 << 20)
     parser.add_argument("--step-factor", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--small-tensors", type=int, default=200)
     parser.add_argument("--small-bytes", type=int, default=16 << 10)
     parser.add_argument("--small-steps", type=int, default=20)

@@ -13,8 +13,10 @@ import torch
 
 import horovod
 
-def row(library: str, size: int, count: int, seconds: float, wrong: int, ranks: int) -> dict:
-    """One allreduce measurement: `size` bytes in `count` float32 elements, `seconds` per call."""
+def row(library: str, size: int, count: int, seconds: float, mean_seconds: float, wrong: int,
+        ranks: int) -> dict:
+    """One allreduce measurement: `size` bytes in `count` float32 elements; `seconds` is the median
+    time of one call, from which the bandwidths are computed, and `mean_seconds` the mean."""
     algbw = size / seconds / 1e9
     return {
         "library": library,
@@ -23,6 +25,7 @@ def row(library: str, size: int, count: int, seconds: float, wrong: int, ranks: 
         "type": "float",
         "redop": "sum",
         "time_us": seconds * 1e6,
+        "mean_time_us": mean_seconds * 1e6,
         "algbw_GBps": algbw,
         "busbw_GBps": algbw * 2 * (ranks - 1) / ranks,
         "wrong": wrong,
