@@ -54,14 +54,14 @@ class TorchGloo:
 
 def init_torch_distributed() -> None:
     """Joins torch.distributed's Gloo group on 127.0.0.1, at a port rank 0 picks and shares."""
-    port = None
+    port = torch.zeros(1, dtype=torch.int64)
     if hvd.rank() == 0:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    port = hvd.broadcast_object(port, root_rank=0, name="bench.port")
+            port[0] = s.getsockname()[1]
+    hvd.broadcast_(port, root_rank=0, name="bench.port")
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=hvd.rank(), world_size=hvd.size()
+        "gloo", init_method=f"tcp://127.0.0.1:{port.item()}", rank=hvd.rank(), world_size=hvd.size()
     )
 
 

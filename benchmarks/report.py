@@ -1,7 +1,7 @@
 """Rows, bandwidths, the machine description and the output formats of the benchmarks.
 
 Formulas (benchmarks/README.md explains them): algbw = bytes / time; for allreduce
-busbw = algbw * 2 (n - 1) / n, the share of the data each rank's link carries in a ring allreduce.
+busbw = algbw * 2 (n - 1) / n, as each rank sends 2 (n - 1) / n bytes per byte of tensor in a ring.
 """
 
 import datetime
