@@ -138,6 +138,7 @@ def main() -> None:
     args = parser.parse_args()
 
     hvd.init()
+    machine = report.machine(hvd.size())  # before the measurements load the machine
     init_torch_distributed()
     libs = [Horovod(), TorchGloo()]
     root = hvd.rank() == 0
@@ -160,7 +161,7 @@ def main() -> None:
     if root:
         for row in many_small:
             print(report.many_small_line(row), flush=True)
-        results = {"machine": report.machine(hvd.size()), "allreduce": sweep,
+        results = {"machine": machine, "allreduce": sweep,
                    "many_small": many_small}
         if args.json:
             report.write_json(args.json, results)

@@ -77,7 +77,7 @@ def machine(ranks: int) -> dict:
         "horovod": horovod.__version__,
         "np": ranks,
         # Other processes competing for the cores slow both libraries: the 1-minute load average
-        # when the results are written (a quiet machine shows about np).
+        # when the run starts (on a quiet machine, near 0).
         "load_average": round(os.getloadavg()[0], 2),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
