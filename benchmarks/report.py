@@ -13,6 +13,7 @@ import torch
 
 import horovod
 
+
 def row(library: str, size: int, count: int, seconds: float, mean_seconds: float, wrong: int,
         ranks: int) -> dict:
     """One allreduce measurement: `size` bytes in `count` float32 elements; `seconds` is the median
