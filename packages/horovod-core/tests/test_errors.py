@@ -149,12 +149,14 @@ def _peer_dies(report_path):
 def test_dead_peer_fails_survivors_instead_of_hanging(tmp_path):
     report = tmp_path / "rank0.json"
     with pytest.raises(AssertionError) as info:
-        run_ranks(2, _peer_dies, str(report), env={"HOROVOD_GLOO_TIMEOUT_SECONDS": "10"}, timeout=60)
+        run_ranks(2, _peer_dies, str(report), env={"HOROVOD_GLOO_TIMEOUT_SECONDS": "5"}, timeout=60)
     # Rank 1 vanished without a result; rank 0 returned normally after its operation failed.
     assert "rank 1 (died)" in str(info.value) and "rank 0 (" not in str(info.value)
     outcome, elapsed = json.loads(report.read_text())
     assert "lost its connection" in outcome
-    assert elapsed < 10
+    # Normally the closed connection is noticed at once; on a loaded machine the I/O timeout
+    # (5 s here) bounds the wait instead. Either way the survivor does not hang.
+    assert elapsed < 15
 
 
 def _reinit_cycles():

@@ -161,7 +161,7 @@ def check_grouped_allreduce(adapter):
         for inplace in (False, True):
             tensors = [adapter.tensor(rank_input(rank, dt, shape, salt=i), dt) for i, (dt, shape) in enumerate(members)]
             results = adapter.grouped_allreduce(tensors, op, f"group.{op}.{inplace}", inplace)
-            for i, ((dt, shape), result) in enumerate(zip(members, results)):
+            for i, ((dt, shape), result) in enumerate(zip(members, results, strict=True)):
                 expected = reference_allreduce([rank_input(r, dt, shape, salt=i) for r in range(size)], op, 1.0,
                                                1.0, dt)
                 assert_equal(adapter.to_numpy(result), expected, dt, f"grouped allreduce member {i}")

@@ -24,7 +24,7 @@ class ProcessSet:
             ranks = list(ranks_or_comm)
         except TypeError:
             raise ValueError("ProcessSet expects a list of ranks or an mpi4py Comm; mpi4py "
-                             "communicators need a build of Horovod with MPI, which this is not.")
+                             "communicators need a build of Horovod with MPI, which this is not.") from None
         if not all(isinstance(r, int) for r in ranks):
             raise ValueError(f"ProcessSet expects a list of ranks or an mpi4py Comm, got {ranks_or_comm!r}")
         self.ranks = sorted(ranks)

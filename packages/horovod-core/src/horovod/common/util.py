@@ -134,7 +134,7 @@ def get_average_backwards_compatibility_fun(reduce_ops):
             return op
         if average is not None:
             warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
-                          DeprecationWarning)
+                          DeprecationWarning, stacklevel=3)
             return reduce_ops.Average if average else reduce_ops.Sum
         return reduce_ops.Average
 
