@@ -413,32 +413,31 @@ def _run_static(args):
     if settings.verbose >= 2:
         print("Local interface found " + " ".join(nics), flush=True)
 
-    if args.run_func is None:
-        _launch_job(args, settings, nics, args.command)
-        return None
-    return _run_function(args, settings, nics)
-
-
-def _run_function(args, settings, nics):
-    """Ship ``args.run_func`` to the workers through a KV store; return results by rank."""
     driver_ip = network.get_driver_ip(nics)
+    if args.run_func is None:
+        _launch_job(args, settings, nics, driver_ip, args.command)
+        return None
+    return _run_function(args, settings, nics, driver_ip)
+
+
+def _run_function(args, settings, nics, driver_ip):
+    """Ship ``args.run_func`` to the workers through a KV store; return results by rank."""
     kv_store = KVStoreServer(secret=settings.key)
     port = kv_store.start_server()
     try:
         put_data_into_kvstore(driver_ip, port, "runfunc", "func", args.run_func)
         command = [args.executable or sys.executable, "-m", "horovod.runner.run_task",
                    driver_ip, str(port)]
-        _launch_job(args, settings, nics, command)
+        _launch_job(args, settings, nics, driver_ip, command)
         return [read_data_from_kvstore(driver_ip, port, "runfunc_result", str(rank))
                 for rank in range(args.num_proc)]
     finally:
         kv_store.shutdown_server()
 
 
-def _launch_job(args, settings, nics, command):
+def _launch_job(args, settings, nics, driver_ip, command):
     env = os.environ.copy()
     config_parser.set_env_from_args(env, args)
-    driver_ip = network.get_driver_ip(nics)
     run_controller(args.use_gloo,
                    lambda: gloo_launcher.gloo_run(settings, nics, env, driver_ip, command),
                    args.use_mpi, _mpi_run_unavailable,
