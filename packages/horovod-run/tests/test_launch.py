@@ -88,6 +88,23 @@ def _pids(output, ranks):
     return {rank: int(_lines(output, rank)[0].split()[1]) for rank in ranks}
 
 
+def _read_pids(proc, num_proc, timeout_s=60):
+    """Read ``proc``'s stdout until ``num_proc`` ranks reported ``PID <n>``, EOF or the deadline.
+
+    Returns ``{rank: pid}`` of the ranks seen; the caller asserts that it is complete.
+    """
+    pids = {}
+    deadline = time.monotonic() + timeout_s
+    while len(pids) < num_proc and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        match = re.match(r"\[(\d+)\]<stdout>:PID (\d+)", line)
+        if match:
+            pids[int(match.group(1))] = int(match.group(2))
+    return pids
+
+
 def _wait_gone(pid, timeout_s=10):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -199,14 +216,8 @@ def test_signal_to_horovodrun_stops_workers(tmp_path, sig):
     proc = subprocess.Popen([sys.executable, "-m", "horovod.runner.launch", "-np", "2",
                              sys.executable, worker], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    pids = {}
     try:
-        deadline = time.monotonic() + 60
-        while len(pids) < 2 and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            match = re.match(r"\[(\d)\]<stdout>:PID (\d+)", line)
-            if match:
-                pids[int(match.group(1))] = int(match.group(2))
+        pids = _read_pids(proc, 2)
         assert len(pids) == 2
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
@@ -303,13 +314,8 @@ def test_workers_stopped_when_horovodrun_is_killed(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "horovod.runner.launch", "-np", "2",
                              sys.executable, worker], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
-    pids = {}
     try:
-        deadline = time.monotonic() + 60
-        while len(pids) < 2 and time.monotonic() < deadline:
-            match = re.match(r"\[(\d)\]<stdout>:PID (\d+)", proc.stdout.readline())
-            if match:
-                pids[int(match.group(1))] = int(match.group(2))
+        pids = _read_pids(proc, 2)
         assert len(pids) == 2
         proc.kill()
         proc.wait(timeout=10)
