@@ -27,13 +27,6 @@ _LINE_END = re.compile(r"[\r\n]")
 _write_lock = threading.Lock()
 
 
-def _line_prefix(prefix, index, prefix_output_with_timestamp):
-    head = "[%s]<%s>:" % (index, prefix)
-    if prefix_output_with_timestamp:
-        head = time.asctime(time.localtime(time.time())) + head
-    return head
-
-
 def prefix_connection(src_connection, dst_stream, prefix, index, prefix_output_with_timestamp,
                       raw_stream=None):
     """Copy text from ``src_connection`` to ``dst_stream`` until EOF, prefixing every line.
@@ -62,10 +55,15 @@ def prefix_connection(src_connection, dst_stream, prefix, index, prefix_output_w
     if raw_stream is not None:
         destinations.insert(0, (raw_stream, False))
 
+    # The rank prefix is the same for every line; only the timestamp has to be made per line.
+    head = "[%s]<%s>:" % (index, prefix) if prefix is not None and index is not None else None
+
     def emit(line):
         prefixed = line
-        if prefix is not None and index is not None:
-            prefixed = _line_prefix(prefix, index, prefix_output_with_timestamp) + line
+        if head is not None:
+            prefixed = head + line
+            if prefix_output_with_timestamp:
+                prefixed = time.asctime(time.localtime(time.time())) + prefixed
         with _write_lock:
             for dst in list(destinations):
                 stream, with_prefix = dst
