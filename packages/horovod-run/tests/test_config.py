@@ -159,6 +159,13 @@ def test_set_env_from_horovod_args_bag():
     assert config_parser.set_env_from_args({}, hargs) == {"HOROVOD_CACHE_CAPACITY": "0"}
 
 
+def test_horovod_args_bag_has_every_parser_dest():
+    # _HorovodArgs lists the dests by hand; a flag added to the parser must be added there too.
+    from horovod.runner.launch import _make_parser
+    dests = {action.dest for action in _make_parser()._actions} - {"help", "version"}
+    assert dests <= set(vars(_HorovodArgs()))
+
+
 def test_config_file_applies_every_section(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(CONFIG)
