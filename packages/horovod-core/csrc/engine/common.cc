@@ -31,13 +31,6 @@ size_t DataTypeSize(DataType dtype) {
   return 0;
 }
 
-bool IsFloatingPoint(DataType dtype) {
-  return dtype == DataType::FLOAT16 || dtype == DataType::BFLOAT16 || dtype == DataType::FLOAT32 ||
-         dtype == DataType::FLOAT64;
-}
-
-bool IsValidDataType(int32_t value) { return value >= 0 && value <= static_cast<int32_t>(DataType::BFLOAT16); }
-
 const char* RequestTypeName(RequestType type) {
   switch (type) {
     case RequestType::ALLREDUCE: return "ALLREDUCE";

@@ -25,8 +25,6 @@ enum class RequestType : int32_t {
 
 const char* DataTypeName(DataType dtype);
 size_t DataTypeSize(DataType dtype);
-bool IsFloatingPoint(DataType dtype);
-bool IsValidDataType(int32_t value);
 const char* RequestTypeName(RequestType type);
 const char* ReduceOpName(ReduceOp op);
 std::string ShapeString(const std::vector<int64_t>& shape);

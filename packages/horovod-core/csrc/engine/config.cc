@@ -159,7 +159,6 @@ Config ParseConfig(const std::map<std::string, std::string>& env) {
     auto it = env.find(knob.name);
     if (it == env.end()) continue;
     knob.apply(config, it->second);
-    config.explicitly_set.emplace_back(knob.name);
   }
   if (config.rank >= config.size) {
     throw EngineError(Status::InvalidArgument("HOROVOD_RANK=" + std::to_string(config.rank) +

@@ -57,9 +57,6 @@ struct Config {
   std::string thread_affinity;
   int64_t adasum_mpi_chunk_size = 1 << 30;
   bool enable_xla_ops = false;
-
-  // Names of the variables the user set explicitly (autotune leaves those alone).
-  std::vector<std::string> explicitly_set;
 };
 
 // One row of the knob table: the variable, its default as text, its meaning, and how a value is applied.

@@ -105,23 +105,16 @@ Controller::Controller(Backend& backend, const Config& config) : backend_(backen
 
 void Controller::RecordRequests(const RequestList& list, int rank, std::vector<std::string>& ready) {
   for (const Request& request : list.requests) {
-    auto [it, inserted] = pending_.try_emplace(request.name);
-    PendingTensor& pending = it->second;
-    if (inserted) {
-      pending.submitted.assign(backend_.size(), false);
-      pending.first_seen = std::chrono::steady_clock::now();
-    }
-    if (pending.submitted[rank]) continue;  // cannot happen: names in flight are unique per rank
-    pending.submitted[rank] = true;
-    pending.requests.push_back(request);
-    pending.requests.back().rank = rank;
-    if (static_cast<int>(pending.requests.size()) == backend_.size()) ready.push_back(request.name);
+    std::vector<Request>& pending = pending_[request.name];
+    pending.push_back(request);
+    pending.back().rank = rank;
+    if (static_cast<int>(pending.size()) == backend_.size()) ready.push_back(request.name);
   }
 }
 
 Response Controller::BuildResponse(const std::string& name) {
   auto it = pending_.find(name);
-  std::vector<Request> requests = std::move(it->second.requests);
+  std::vector<Request> requests = std::move(it->second);
   pending_.erase(it);
 
   Response response;

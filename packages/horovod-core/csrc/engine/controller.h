@@ -10,7 +10,6 @@
 // whatever order they submitted them in.
 #pragma once
 
-#include <chrono>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -28,12 +27,6 @@ class Controller {
   ResponseList ComputeResponseList(std::vector<Request> requests, bool shutdown);
 
  private:
-  struct PendingTensor {
-    std::vector<Request> requests;  // one per rank that has submitted, in arrival order
-    std::vector<bool> submitted;    // by rank
-    std::chrono::steady_clock::time_point first_seen;
-  };
-
   // Coordinator only: records one rank's requests; appends names that became ready to `ready`.
   void RecordRequests(const RequestList& list, int rank, std::vector<std::string>& ready);
   Response BuildResponse(const std::string& name);
@@ -42,7 +35,10 @@ class Controller {
 
   Backend& backend_;
   const Config& config_;
-  std::unordered_map<std::string, PendingTensor> pending_;
+  // Per tensor name, the requests of the ranks that have submitted it, in arrival order. A rank
+  // never has two requests of one name in flight (TensorQueue refuses duplicates), so the count
+  // of requests is the count of ranks.
+  std::unordered_map<std::string, std::vector<Request>> pending_;
 };
 
 }  // namespace horovod

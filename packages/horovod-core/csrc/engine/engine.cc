@@ -1,6 +1,7 @@
 #include "engine.h"
 
 #include <cstring>
+#include <stdexcept>
 
 #include "logging.h"
 #include "reduction.h"
@@ -69,7 +70,6 @@ void Engine::Enqueue(int64_t handle, std::vector<Request> requests, std::vector<
     entries[i].handle = state;
     entries[i].index = i;
   }
-  for (auto& request : requests) request.rank = config_.rank;
   {
     std::lock_guard<std::mutex> lock(handles_mu_);
     handles_[handle] = state;
@@ -152,12 +152,9 @@ void Engine::Perform(const Response& response) {
       case ResponseType::ALLREDUCE: PerformAllreduce(response, entries); break;
       case ResponseType::ALLGATHER: PerformAllgather(response, entries, outputs); break;
       case ResponseType::BROADCAST: PerformBroadcast(response, entries); break;
-      default: {
-        Status status = Status::PreconditionError(std::string(ResponseTypeName(response.type)) +
-                                                  " is not supported by this version of Horovod.");
-        for (auto& e : entries) e.handle->Complete(e.index, status);
-        return;
-      }
+      default:
+        // The binding enqueues nothing else; reaching this is a bug, which ends the engine.
+        throw std::logic_error(std::string("no executor for ") + ResponseTypeName(response.type));
     }
   } catch (const std::exception& e) {
     // The failure ends the engine (BackgroundLoop); these entries are no longer in the queue, so

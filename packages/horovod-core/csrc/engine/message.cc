@@ -85,7 +85,6 @@ std::vector<char> Serialize(const RequestList& list) {
   w.Put<uint8_t>(list.shutdown);
   w.Put<uint64_t>(list.requests.size());
   for (const Request& r : list.requests) {
-    w.Put(r.rank);
     w.Put(r.type);
     w.Put(r.dtype);
     w.Put(r.name);
@@ -107,7 +106,6 @@ RequestList DeserializeRequestList(const std::vector<char>& bytes) {
   auto n = r.Get<uint64_t>();
   list.requests.resize(n);
   for (Request& q : list.requests) {
-    q.rank = r.Get<int32_t>();
     q.type = r.Get<RequestType>();
     q.dtype = r.Get<DataType>();
     q.name = r.GetString();

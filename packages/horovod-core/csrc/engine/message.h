@@ -11,7 +11,7 @@
 namespace horovod {
 
 struct Request {
-  int32_t rank = 0;
+  int32_t rank = 0;  // set by the coordinator from the position of the rank's list; not sent
   RequestType type = RequestType::ALLREDUCE;
   DataType dtype = DataType::FLOAT32;
   std::string name;

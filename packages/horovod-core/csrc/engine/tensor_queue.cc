@@ -76,11 +76,6 @@ std::vector<Request> TensorQueue::PopRequests() {
   return out;
 }
 
-bool TensorQueue::HasPendingRequests() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return !pending_.empty();
-}
-
 TensorTableEntry TensorQueue::Take(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = table_.find(name);

@@ -79,7 +79,6 @@ class TensorQueue {
   // on this rank, or the close status when the queue was closed by shutdown or a failure.
   void Add(std::vector<Request> requests, std::vector<TensorTableEntry> entries);
   std::vector<Request> PopRequests();
-  bool HasPendingRequests();
   // Removes and returns the entry for `name`; throws std::logic_error if it is unknown.
   TensorTableEntry Take(const std::string& name);
   // Refuses further Adds with `status` and returns everything still queued.

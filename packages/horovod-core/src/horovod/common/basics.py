@@ -7,6 +7,11 @@ from horovod.common import _core
 from horovod.common.exceptions import HorovodInternalError  # noqa: F401  (re-exported by bindings)
 
 
+def _require_initialized():
+    if not _core.is_initialized():
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+
+
 class _RendezvousStore:
     """Adapts the launcher's rendezvous client to the engine's store interface (set/get of bytes),
     within one scope."""
@@ -144,8 +149,7 @@ class HorovodBasics:
 
     def mpi_threads_supported(self):
         """Raises ValueError: the MPI controller is not in use (not built)."""
-        if not _core.is_initialized():
-            raise ValueError("Horovod has not been initialized; use hvd.init().")
+        _require_initialized()
         raise ValueError("mpi_threads_supported() needs the MPI controller, which is not in use "
                          "(this build of Horovod has no MPI).")
 
@@ -183,12 +187,10 @@ class HorovodBasics:
 
     def start_timeline(self, file_path, mark_cycles=False):
         """Raises ValueError: the timeline comes in a later release."""
-        if not _core.is_initialized():
-            raise ValueError("Horovod has not been initialized; use hvd.init().")
+        _require_initialized()
         raise ValueError("The timeline is not available in this release of Horovod.")
 
     def stop_timeline(self):
         """Raises ValueError: the timeline comes in a later release."""
-        if not _core.is_initialized():
-            raise ValueError("Horovod has not been initialized; use hvd.init().")
+        _require_initialized()
         raise ValueError("The timeline is not available in this release of Horovod.")
