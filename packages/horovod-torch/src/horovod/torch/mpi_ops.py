@@ -10,12 +10,13 @@ call must not be modified or freed by the caller until its handle has been synch
 module keeps a reference to it in ``_handle_map`` until then.
 """
 
-import warnings
-
 from horovod.common import ops as _ops
 from horovod.common.basics import HorovodBasics as _HorovodBasics
 from horovod.common.exceptions import HorovodInternalError  # noqa: F401 (re-exported)
 from horovod.common.process_sets import ProcessSet, global_process_set
+from horovod.common.util import (
+    get_average_backwards_compatibility_fun as _get_average_backwards_compatibility_fun,
+)
 from horovod.torch.compression import Compression
 
 import torch
@@ -84,29 +85,8 @@ def shutdown(*args, **kwargs):
     return _basics.shutdown(*args, **kwargs)
 
 
-def handle_average_backwards_compatibility(op, average):
-    """Resolves the deprecated ``average`` argument into a reduce op.
-
-    Args:
-        op: a reduce op constant (``Average``, ``Sum``, ...) or None.
-        average: the deprecated bool flag, or None.
-
-    Returns:
-        ``op`` if given; else ``Average`` if ``average`` is True or None, ``Sum`` if False.
-
-    Raises:
-        ValueError: both ``op`` and ``average`` were given.
-    """
-    if op is not None:
-        if average is not None:
-            raise ValueError('The op parameter supersedes average; give only one of op and '
-                             f'average (got op={op!r}, average={average!r}).')
-        return op
-    if average is None:
-        return Average
-    warnings.warn('Parameter `average` has been replaced with `op` and will be removed; use '
-                  'op=hvd.Average or op=hvd.Sum instead.', DeprecationWarning, stacklevel=3)
-    return Average if average else Sum
+# Resolves the deprecated ``average`` argument into a reduce op (core.md §3).
+handle_average_backwards_compatibility = _get_average_backwards_compatibility_fun(_basics)
 
 
 def _check_tensor(tensor, allowed_dtypes, op_name):
