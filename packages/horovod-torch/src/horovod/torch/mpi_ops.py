@@ -152,9 +152,14 @@ def _submit_allreduce(prefix, inputs, outputs, average, name, op, prescale_facto
         names = _group_names(prefix, name, handle, len(inputs))
     else:
         names = [_engine_name(prefix, name, handle)]
-    _ops.allreduce_async(handle, [t.detach() for t in inputs], [t.detach() for t in outputs],
+    detached = [t.detach() for t in inputs]
+    # outputs None: in place, the engine writes into the inputs themselves.
+    _ops.allreduce_async(handle, detached,
+                         detached if outputs is None else [t.detach() for t in outputs],
                          names, op, float(prescale_factor), float(postscale_factor), set_id)
-    _handle_map[handle] = (tuple(inputs), list(outputs) if grouped else outputs[0])
+    if outputs is None:
+        outputs = inputs
+    _handle_map[handle] = (tuple(inputs), outputs if grouped else outputs[0])
     return handle
 
 
@@ -201,7 +206,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     into ``tensor`` itself; :func:`synchronize` returns ``tensor``.
     """
     _check_tensor(tensor, _REDUCE_DTYPES, 'allreduce')
-    return _submit_allreduce('allreduce', [tensor], [tensor], average, name, op, prescale_factor,
+    return _submit_allreduce('allreduce', [tensor], None, average, name, op, prescale_factor,
                              postscale_factor, process_set, grouped=False)
 
 
@@ -253,7 +258,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     written into its input tensor; :func:`synchronize` returns the input tensors as a list.
     """
     _check_tensor_list(tensors, _REDUCE_DTYPES, 'grouped_allreduce')
-    return _submit_allreduce('grouped_allreduce', list(tensors), list(tensors), average, name,
+    return _submit_allreduce('grouped_allreduce', list(tensors), None, average, name,
                              op, prescale_factor, postscale_factor, process_set, grouped=True)
 
 
