@@ -11,6 +11,7 @@ import contextlib
 import os
 import warnings
 
+from horovod.common.util import split_list
 from horovod.torch.compression import Compression
 from horovod.torch.functions import broadcast_object
 from horovod.torch.mpi_ops import (
@@ -24,18 +25,6 @@ from horovod.torch.mpi_ops import (
 )
 
 import torch
-
-
-def _split_list(items, n):
-    """Splits ``items`` into ``n`` contiguous chunks whose lengths differ by at most one (the
-    first ``len(items) % n`` chunks are the longer ones)."""
-    quotient, remainder = divmod(len(items), n)
-    chunks, start = [], 0
-    for i in range(n):
-        end = start + quotient + (1 if i < remainder else 0)
-        chunks.append(items[start:end])
-        start = end
-    return chunks
 
 
 class _DistributedOptimizer:
@@ -107,7 +96,7 @@ class _DistributedOptimizer:
                                      root_rank=self.process_set.ranks[0],
                                      name='DistributedOptimizer.groups',
                                      process_set=self.process_set)
-            units = [[by_name[n] for n in chunk] for chunk in _split_list(names, groups)]
+            units = [[by_name[n] for n in chunk] for chunk in split_list(names, groups)]
         else:
             # Members that need no gradient never fire a hook; leave them out so that the
             # group does not wait for them.
