@@ -149,6 +149,7 @@ def test_errors(job):
             assert errors[key] is not None and errors[key][0] == 'ValueError', key
         assert 'torch.BoolTensor' in errors['bool_allreduce'][1]
         assert 'torch.CharTensor' in errors['int8_allreduce'][1]
+        assert 'supersedes' in errors['op_and_average'][1]
         assert 'contiguous' in errors['non_contiguous'][1]
         assert 'contiguous' in errors['non_contiguous_broadcast'][1]
         assert 'GPU' in errors['device'][1] and 'NCCL' in errors['device'][1]
