@@ -122,7 +122,9 @@ class _DistributedOptimizer:
 
     def _make_hook(self, p):
         def hook(*_):
-            if self._handles.get(p, (None, None))[0] is not None or self._allreduce_delay[p] <= 0:
+            # The delay reaches 0 at the pass that submits p's allreduce and is reset only when
+            # its handle is cleared, so a delay of 0 also covers "already submitted".
+            if self._allreduce_delay[p] <= 0:
                 raise AssertionError(
                     'Gradients were computed more than backward_passes_per_step times before '
                     'step() was called. Increase backward_passes_per_step to accumulate '
