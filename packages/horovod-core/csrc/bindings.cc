@@ -5,9 +5,11 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 
@@ -59,6 +61,15 @@ std::shared_ptr<Engine> RequireEngineForQuery() {
 class PythonStore : public Store {
  public:
   explicit PythonStore(nb::object store) : store_(std::move(store)) {}
+  // The engine may be destroyed on a thread without the GIL.
+  ~PythonStore() override {
+    if (Py_IsInitialized()) {
+      nb::gil_scoped_acquire gil;
+      store_.reset();
+    } else {
+      store_.release();
+    }
+  }
   void Set(const std::string& key, const std::vector<char>& value) override {
     nb::gil_scoped_acquire gil;
     store_.attr("set")(key, nb::bytes(value.data(), value.size()));
@@ -159,12 +170,16 @@ void CheckNames(const std::vector<std::string>& names, size_t count) {
   }
 }
 
-void CheckProcessSet(int32_t process_set_id) {
-  if (process_set_id != 0) {
-    throw nb::value_error(("process set " + std::to_string(process_set_id) +
-                           " is unknown: only the global process set (id 0) exists in this release")
-                              .c_str());
+// A group's id, the same on every rank and in every step (so grouped tensors stay cacheable): a
+// hash of its first tensor's name (FNV-1a), never 0.
+int64_t GroupId(const std::vector<std::string>& names) {
+  if (names.size() < 2) return 0;
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : names[0]) {
+    h ^= c;
+    h *= 1099511628211ull;
   }
+  return static_cast<int64_t>(h >> 1) | 1;
 }
 
 Request MakeRequest(RequestType type, const TensorView& view, const std::string& name, int64_t group_id) {
@@ -186,10 +201,10 @@ TensorTableEntry MakeEntry(const std::string& name, const TensorView& input, con
   return entry;
 }
 
-void EnqueueChecked(Engine& engine, int64_t handle, std::vector<Request> requests,
+void EnqueueChecked(Engine& engine, int32_t process_set_id, int64_t handle, std::vector<Request> requests,
                     std::vector<TensorTableEntry> entries) {
   try {
-    engine.Enqueue(handle, std::move(requests), std::move(entries));
+    engine.Enqueue(process_set_id, handle, std::move(requests), std::move(entries));
   } catch (const EngineError& e) {
     TranslateStatus(e.status());
   }
@@ -199,7 +214,6 @@ void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequ
                       const std::vector<std::string>& names, int32_t op, double prescale, double postscale,
                       int32_t process_set_id) {
   std::shared_ptr<Engine> engine = RequireEngine();
-  CheckProcessSet(process_set_id);
   std::vector<TensorView> in = ToTensorViews(inputs, "allreduce input");
   std::vector<TensorView> out = ToTensorViews(outputs, "allreduce output");
   CheckNames(names, in.size());
@@ -212,7 +226,7 @@ void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequ
   if (op == static_cast<int32_t>(ReduceOp::ADASUM)) {
     TranslateStatus(Status::PreconditionError("Adasum is not supported by this release of Horovod."));
   }
-  const int64_t group_id = in.size() > 1 ? handle : 0;
+  const int64_t group_id = GroupId(names);
   std::vector<Request> requests;
   std::vector<TensorTableEntry> entries;
   for (size_t i = 0; i < in.size(); ++i) {
@@ -230,34 +244,27 @@ void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequ
     requests.push_back(std::move(request));
     entries.push_back(MakeEntry(names[i], in[i], out[i]));
   }
-  EnqueueChecked(*engine, handle, std::move(requests), std::move(entries));
+  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries));
 }
 
 void EnqueueAllgather(int64_t handle, const nb::sequence& inputs, const std::vector<std::string>& names,
                       int32_t process_set_id) {
   std::shared_ptr<Engine> engine = RequireEngine();
-  CheckProcessSet(process_set_id);
   std::vector<TensorView> in = ToTensorViews(inputs, "allgather input");
   CheckNames(names, in.size());
-  const int64_t group_id = in.size() > 1 ? handle : 0;
+  const int64_t group_id = GroupId(names);
   std::vector<Request> requests;
   std::vector<TensorTableEntry> entries;
   for (size_t i = 0; i < in.size(); ++i) {
     requests.push_back(MakeRequest(RequestType::ALLGATHER, in[i], names[i], group_id));
     entries.push_back(MakeEntry(names[i], in[i], TensorView()));
   }
-  EnqueueChecked(*engine, handle, std::move(requests), std::move(entries));
+  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries));
 }
 
 void EnqueueBroadcast(int64_t handle, const nb::sequence& tensors, const std::vector<std::string>& names,
                       int32_t root_rank, int32_t process_set_id) {
   std::shared_ptr<Engine> engine = RequireEngine();
-  CheckProcessSet(process_set_id);
-  if (root_rank < 0 || root_rank >= engine->config().size) {
-    throw nb::value_error(("broadcast root rank " + std::to_string(root_rank) + " is not a rank of the process set "
-                           "(expected 0 <= root_rank < " + std::to_string(engine->config().size) + ")")
-                              .c_str());
-  }
   std::vector<TensorView> views = ToTensorViews(tensors, "broadcast tensor");
   CheckNames(names, views.size());
   std::vector<Request> requests;
@@ -268,7 +275,89 @@ void EnqueueBroadcast(int64_t handle, const nb::sequence& tensors, const std::ve
     requests.push_back(std::move(request));
     entries.push_back(MakeEntry(names[i], views[i], views[i]));
   }
-  EnqueueChecked(*engine, handle, std::move(requests), std::move(entries));
+  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries));
+}
+
+// splits: None, a sequence of ints, or a 1-D int32 DLPack array.
+std::vector<int64_t> ToSplits(nb::handle splits) {
+  std::vector<int64_t> out;
+  if (splits.is_none()) return out;
+  nb::ndarray<> array;
+  if (nb::try_cast(splits, array, /*convert=*/false)) {
+    if (array.dtype() != nb::dtype<int32_t>()) {
+      throw nb::value_error("alltoall splits must be an int32 tensor (or a list of ints).");
+    }
+    if (array.ndim() > 1) {
+      throw nb::value_error(("alltoall splits must be a 1-D tensor; got " + std::to_string(array.ndim()) +
+                             " dimensions.").c_str());
+    }
+    if (array.device_type() != nb::device::cpu::value) throw nb::value_error("alltoall splits must be on the CPU.");
+    const size_t n = array.ndim() == 0 ? 1 : array.shape(0);
+    const int64_t stride = array.ndim() == 0 ? 1 : array.stride(0);
+    const auto* data = static_cast<const int32_t*>(array.data());
+    for (size_t i = 0; i < n; ++i) out.push_back(data[i * stride]);
+    return out;
+  }
+  if (!nb::isinstance<nb::sequence>(splits)) {
+    throw nb::value_error("alltoall splits must be None, a sequence of ints or a 1-D int32 tensor.");
+  }
+  for (nb::handle item : nb::borrow<nb::sequence>(splits)) {
+    if (!nb::isinstance<nb::int_>(item)) throw nb::value_error("alltoall splits must contain ints only.");
+    out.push_back(nb::cast<int64_t>(item));
+  }
+  return out;
+}
+
+void EnqueueAlltoall(int64_t handle, nb::handle tensor, nb::handle splits, const std::string& name,
+                     int32_t process_set_id) {
+  std::shared_ptr<Engine> engine = RequireEngine();
+  TensorView view = ToTensorView(tensor, "alltoall input");
+  if (view.shape.empty()) throw nb::value_error("alltoall needs a tensor of at least one dimension, got a scalar.");
+  Request request = MakeRequest(RequestType::ALLTOALL, view, name, 0);
+  request.splits = ToSplits(splits);
+  std::vector<Request> requests{request};
+  std::vector<TensorTableEntry> entries{MakeEntry(name, view, TensorView())};
+  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries));
+}
+
+void EnqueueReducescatter(int64_t handle, const nb::sequence& inputs, const std::vector<std::string>& names,
+                          int32_t op, double prescale, double postscale, int32_t process_set_id) {
+  std::shared_ptr<Engine> engine = RequireEngine();
+  if (op != static_cast<int32_t>(ReduceOp::AVERAGE) && op != static_cast<int32_t>(ReduceOp::SUM)) {
+    TranslateStatus(Status::Aborted("Reducescatter supports only the Average and Sum reduce ops; got op " +
+                                    std::to_string(op) + "."));
+  }
+  std::vector<TensorView> in = ToTensorViews(inputs, "reducescatter input");
+  CheckNames(names, in.size());
+  const int64_t group_id = GroupId(names);
+  std::vector<Request> requests;
+  std::vector<TensorTableEntry> entries;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].dtype == DataType::BOOL) throw nb::value_error("reducescatter does not support bool tensors.");
+    Request request = MakeRequest(RequestType::REDUCESCATTER, in[i], names[i], group_id);
+    request.reduce_op = static_cast<ReduceOp>(op);
+    request.prescale_factor = prescale;
+    request.postscale_factor = postscale;
+    requests.push_back(std::move(request));
+    entries.push_back(MakeEntry(names[i], in[i], TensorView()));
+  }
+  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries));
+}
+
+// Barrier, join and process set registration: one request without a tensor.
+void EnqueueControl(int64_t handle, RequestType type, const std::string& name, std::vector<int64_t> args,
+                    int32_t process_set_id) {
+  std::shared_ptr<Engine> engine = RequireEngine();
+  Request request;
+  request.type = type;
+  request.dtype = DataType::UINT8;
+  request.name = name;
+  request.shape = std::move(args);
+  std::vector<Request> requests{request};
+  TensorTableEntry entry;
+  entry.name = name;
+  std::vector<TensorTableEntry> entries{entry};
+  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries));
 }
 
 std::shared_ptr<HandleState> RequireHandle(int64_t handle) {
@@ -306,11 +395,76 @@ nb::list Wait(int64_t handle) {
   Status status = state->status();
   if (!status.ok()) TranslateStatus(status);
   nb::list result;
-  for (const auto& output : state->outputs()) result.append(OutputToPython(output));
+  if (state->has_value()) {
+    result.append(nb::int_(state->value()));
+    return result;
+  }
+  for (const auto& outputs : state->outputs()) {
+    if (outputs.empty()) result.append(nb::none());
+    for (const auto& output : outputs) result.append(OutputToPython(output));
+  }
   return result;
 }
 
-void Init(const std::map<std::string, std::string>& env, nb::object store, const std::string& key_prefix) {
+// add_process_set / remove_process_set: negotiated on the global set; blocks with the GIL released.
+int64_t RunControl(RequestType type, const std::string& name, std::vector<int64_t> args) {
+  std::shared_ptr<Engine> engine = RequireEngine();
+  int64_t handle = engine->NewHandle();
+  EnqueueControl(handle, type, name, std::move(args), 0);
+  nb::list result = Wait(handle);
+  return nb::cast<int64_t>(result[0]);
+}
+
+void RequireDynamicSets(const Engine& engine, const char* what) {
+  if (!engine.config().dynamic_process_sets) {
+    throw nb::value_error((std::string(what) + " needs dynamic process sets: set HOROVOD_DYNAMIC_PROCESS_SETS=1 "
+                           "or call hvd.init(process_sets=\"dynamic\").").c_str());
+  }
+}
+
+std::vector<int64_t> CheckRanks(const Engine& engine, std::vector<int64_t> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  const int size = engine.config().size;
+  if (ranks.empty()) throw nb::value_error("A process set needs at least one rank.");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size) {
+      throw nb::value_error(("Process set rank " + std::to_string(ranks[i]) + " is out of range: expected 0 <= rank < " +
+                             std::to_string(size) + ".").c_str());
+    }
+    if (i > 0 && ranks[i] == ranks[i - 1]) {
+      throw nb::value_error(("Process set rank " + std::to_string(ranks[i]) + " is listed twice.").c_str());
+    }
+  }
+  return ranks;
+}
+
+nb::object AddProcessSet(std::vector<int64_t> ranks) {
+  std::shared_ptr<Engine> engine = RequireEngine();
+  RequireDynamicSets(*engine, "hvd.add_process_set()");
+  int64_t id = RunControl(RequestType::ADD_PROCESS_SET, "add_process_set.noname", CheckRanks(*engine, std::move(ranks)));
+  if (id < 0) return nb::none();
+  return nb::int_(id);
+}
+
+nb::object RemoveProcessSet(int64_t id) {
+  std::shared_ptr<Engine> engine = RequireEngine();
+  RequireDynamicSets(*engine, "hvd.remove_process_set()");
+  int64_t removed = RunControl(RequestType::REMOVE_PROCESS_SET, "remove_process_set.noname", {id});
+  if (removed < 0) return nb::none();
+  return nb::int_(removed);
+}
+
+template <typename F>
+auto Checked(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const EngineError& e) {
+    TranslateStatus(e.status());
+  }
+}
+
+void Init(const std::map<std::string, std::string>& env, nb::object store, const std::string& key_prefix,
+          const std::vector<std::vector<int>>& process_sets) {
   std::lock_guard<std::mutex> lock(g_engine_mu);
   if (g_engine) return;
   Config config;
@@ -319,12 +473,22 @@ void Init(const std::map<std::string, std::string>& env, nb::object store, const
   } catch (const EngineError& e) {
     TranslateStatus(e.status());
   }
-  std::unique_ptr<PythonStore> python_store;
+  std::unique_ptr<Store> python_store;
   if (!store.is_none()) python_store = std::make_unique<PythonStore>(store);
+  for (const auto& ranks : process_sets) {
+    for (int r : ranks) {
+      if (r < 0 || r >= config.size) {
+        throw nb::value_error(("Process set rank " + std::to_string(r) + " is out of range: expected 0 <= rank < " +
+                               std::to_string(config.size) + ".").c_str());
+      }
+    }
+  }
   std::unique_ptr<Engine> engine;
-  {
+  try {
     nb::gil_scoped_release release;
-    engine = Engine::Start(config, python_store.get(), key_prefix);
+    engine = Engine::Start(config, std::move(python_store), key_prefix, process_sets);
+  } catch (const EngineError& e) {
+    TranslateStatus(e.status());
   }
   g_engine = std::shared_ptr<Engine>(std::move(engine));
 }
@@ -367,7 +531,8 @@ NB_MODULE(_core, m) {
     return rows;
   }, "Every HOROVOD_* runtime variable as (name, default, description).");
 
-  m.def("init", &Init, nb::arg("env"), nb::arg("store").none(), nb::arg("key_prefix"));
+  m.def("init", &Init, nb::arg("env"), nb::arg("store").none(), nb::arg("key_prefix"),
+        nb::arg("process_sets") = std::vector<std::vector<int>>());
   m.def("shutdown", &Shutdown);
   m.def("is_initialized", [] { return CurrentEngine() != nullptr; });
   m.def("rank", [] { return RequireEngineForQuery()->config().rank; });
@@ -387,6 +552,45 @@ NB_MODULE(_core, m) {
         nb::arg("process_set_id"));
   m.def("enqueue_broadcast", &EnqueueBroadcast, nb::arg("handle"), nb::arg("tensors"), nb::arg("names"),
         nb::arg("root_rank"), nb::arg("process_set_id"));
+  m.def("enqueue_alltoall", &EnqueueAlltoall, nb::arg("handle"), nb::arg("tensor"), nb::arg("splits").none(),
+        nb::arg("name"), nb::arg("process_set_id"));
+  m.def("enqueue_reducescatter", &EnqueueReducescatter, nb::arg("handle"), nb::arg("inputs"), nb::arg("names"),
+        nb::arg("op"), nb::arg("prescale_factor"), nb::arg("postscale_factor"), nb::arg("process_set_id"));
+  m.def("enqueue_barrier", [](int64_t handle, int32_t process_set_id) {
+    EnqueueControl(handle, RequestType::BARRIER, "barrier.noname", {}, process_set_id);
+  }, nb::arg("handle"), nb::arg("process_set_id"));
+  m.def("enqueue_join", [](int64_t handle) { EnqueueControl(handle, RequestType::JOIN, "join.noname", {}, 0); },
+        nb::arg("handle"));
+  m.def("add_process_set", &AddProcessSet, nb::arg("ranks"),
+        "Registers a process set on every rank (collective); its id, or None if it exists.");
+  m.def("remove_process_set", &RemoveProcessSet, nb::arg("process_set_id"),
+        "Removes a process set on every rank (collective); its id, or None if it was unknown.");
+  m.def("process_set_ids_and_ranks", [] { return RequireEngineForQuery()->ProcessSetRanks(); });
+  m.def("process_set_rank", [](int32_t id) {
+    auto engine = RequireEngineForQuery();
+    return Checked([&] { return engine->ProcessSetRank(id); });
+  });
+  m.def("process_set_size", [](int32_t id) {
+    auto engine = RequireEngineForQuery();
+    return Checked([&] { return engine->ProcessSetSize(id); });
+  });
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
+    auto engine = RequireEngineForQuery();
+    Checked([&] { engine->StartTimeline(path, mark_cycles); });
+  }, nb::arg("file_path"), nb::arg("mark_cycles"));
+  m.def("stop_timeline", [] {
+    auto engine = RequireEngineForQuery();
+    Checked([&] { engine->StopTimeline(); });
+  });
+  m.def("engine_stats", [] {
+    NegotiationStats s = RequireEngineForQuery()->GlobalStats();
+    nb::dict d;
+    d["cycles"] = s.cycles;
+    d["coordinator_rounds"] = s.coordinator_rounds;
+    d["cache_hits"] = s.cache_hits;
+    d["negotiation_us"] = s.negotiation_us;
+    return d;
+  }, "Negotiation counters of the global process set: cycles, coordinator_rounds, cache_hits, negotiation_us.");
   m.def("poll", [](int64_t handle) { return RequireHandle(handle)->done(); });
   m.def("wait", &Wait, nb::arg("handle"));
 }

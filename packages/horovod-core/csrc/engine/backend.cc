@@ -1,8 +1,35 @@
 #include "backend.h"
 
+#include <cstring>
 #include <map>
 
 namespace horovod {
+
+void Backend::AllreduceBitsAnd(std::vector<uint64_t>& words) {
+  if (size_ == 1) return;
+  std::vector<char> mine(words.size() * sizeof(uint64_t));
+  std::memcpy(mine.data(), words.data(), mine.size());
+  std::vector<std::vector<char>> all = Gatherv(mine, 0);
+  std::vector<char> result;
+  if (rank_ == 0) {
+    for (const auto& theirs : all) {
+      if (theirs.size() != mine.size()) throw std::runtime_error("control plane: bit vectors of different lengths");
+      for (size_t i = 0; i < words.size(); ++i) {
+        uint64_t w;
+        std::memcpy(&w, theirs.data() + i * sizeof(uint64_t), sizeof(uint64_t));
+        words[i] &= w;
+      }
+    }
+    result.resize(mine.size());
+    std::memcpy(result.data(), words.data(), result.size());
+  }
+  Broadcast(result, 0);
+  std::memcpy(words.data(), result.data(), result.size());
+}
+
+void Backend::Reducescatter(void* buffer, int64_t count, const std::vector<int64_t>&, DataType dtype, ReduceOp op) {
+  Allreduce(buffer, count, dtype, op);
+}
 
 namespace {
 std::map<std::string, BackendFactory>& Factories() {

@@ -40,11 +40,28 @@ class Backend {
   // replaces `data` on non-roots with root's bytes.
   virtual std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) = 0;
   virtual void Broadcast(std::vector<char>& data, int root) = 0;
+  // Bitwise AND of `words` over every rank, in place (the response cache's agreement round).
+  // The default gathers to rank 0 and broadcasts the result.
+  virtual void AllreduceBitsAnd(std::vector<uint64_t>& words);
+
+  // Collective over this communicator: creates the communicator of `ranks` (ranks of this
+  // communicator, sorted, unique), rendezvousing through options.store under options.key_prefix.
+  // Returns nullptr on ranks outside `ranks`.
+  virtual std::unique_ptr<Backend> Split(const std::vector<int>& ranks, const BackendOptions& options) = 0;
 
   // Data collectives. `count` is in elements of `dtype`; byte counts are per rank.
   virtual void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
   virtual void Allgatherv(const void* input, void* output, const std::vector<int64_t>& bytes_per_rank) = 0;
   virtual void Broadcast(void* buffer, int64_t num_bytes, int root) = 0;
+  // Sends send_bytes[r] bytes (consecutive, from `input`) to each rank r and receives
+  // recv_bytes[r] bytes from each into `output`, in rank order.
+  virtual void Alltoallv(const void* input, const std::vector<int64_t>& send_bytes, void* output,
+                         const std::vector<int64_t>& recv_bytes) = 0;
+  // Reduces `buffer` (count elements) over the ranks; afterwards the elements
+  // [sum(counts[0..rank)), + counts[rank]) of `buffer` hold this rank's part of the result (the
+  // rest is unspecified). The default is a full Allreduce.
+  virtual void Reducescatter(void* buffer, int64_t count, const std::vector<int64_t>& counts, DataType dtype,
+                             ReduceOp op);
   virtual void Barrier() = 0;
 
  protected:

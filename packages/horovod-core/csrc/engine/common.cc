@@ -41,6 +41,8 @@ const char* RequestTypeName(RequestType type) {
     case RequestType::ALLTOALL: return "ALLTOALL";
     case RequestType::BARRIER: return "BARRIER";
     case RequestType::REDUCESCATTER: return "REDUCESCATTER";
+    case RequestType::ADD_PROCESS_SET: return "ADD_PROCESS_SET";
+    case RequestType::REMOVE_PROCESS_SET: return "REMOVE_PROCESS_SET";
   }
   return "UNKNOWN";
 }

@@ -18,9 +18,13 @@ enum class DataType : int32_t {
 // Values match spec core.md §3 (hvd.Average == 0, ...).
 enum class ReduceOp : int32_t { AVERAGE = 0, SUM = 1, ADASUM = 2, MIN = 3, MAX = 4, PRODUCT = 5 };
 
+// The collective types of spec core.md §11.2, then the engine's own bookkeeping operations:
+// registering and removing a process set are negotiated on the global set like any collective, so
+// that every rank applies them at the same point of its operation sequence.
 enum class RequestType : int32_t {
   ALLREDUCE = 0, ALLGATHER = 1, BROADCAST = 2, JOIN = 3, ADASUM = 4,
   ALLTOALL = 5, BARRIER = 6, REDUCESCATTER = 7,
+  ADD_PROCESS_SET = 100, REMOVE_PROCESS_SET = 101,
 };
 
 const char* DataTypeName(DataType dtype);

@@ -1,9 +1,12 @@
 #include "controller.h"
 
+#include <algorithm>
 #include <sstream>
+#include <stdexcept>
 
 #include "fusion.h"
 #include "logging.h"
+#include "timeline.h"
 
 namespace horovod {
 
@@ -11,10 +14,14 @@ namespace {
 
 std::string DeviceName(int32_t device) { return device == kCpuDevice ? "CPU" : "GPU " + std::to_string(device); }
 
-// Checks every rank's request for `name` against the first one; returns an error text naming the
-// operation and both conflicting values, or "" when they agree. The order of checks is spec
+bool Among(RequestType type, std::initializer_list<RequestType> types) {
+  return std::find(types.begin(), types.end(), type) != types.end();
+}
+
+// Checks every rank's request for one name against the first one; returns an error text naming
+// the operation and both conflicting values, or "" when they agree. The order of checks is spec
 // core.md §6.11's: the first failure wins.
-std::string FindMismatch(const std::vector<Request>& requests) {
+std::string FindMismatch(const std::vector<Request>& requests, bool any_joined, int64_t fusion_threshold) {
   const Request& first = requests[0];
   const char* op = RequestTypeName(first.type);
   std::ostringstream err;
@@ -32,37 +39,53 @@ std::string FindMismatch(const std::vector<Request>& requests) {
       return err.str();
     }
   }
-  if (first.type == RequestType::ALLREDUCE || first.type == RequestType::BROADCAST) {
+  if (Among(first.type, {RequestType::ALLREDUCE, RequestType::ADASUM, RequestType::BROADCAST,
+                         RequestType::REDUCESCATTER, RequestType::ADD_PROCESS_SET, RequestType::REMOVE_PROCESS_SET})) {
     for (const Request& r : requests) {
       if (r.shape != first.shape) {
-        err << "Mismatched " << op << " tensor shapes: one rank sent a tensor of shape " << ShapeString(first.shape)
-            << ", but another rank sent a tensor of shape " << ShapeString(r.shape) << " (tensor " << first.name
-            << ").";
+        if (Among(first.type, {RequestType::ADD_PROCESS_SET, RequestType::REMOVE_PROCESS_SET})) {
+          err << "Mismatched " << op << " arguments: one rank gave " << ShapeString(first.shape)
+              << ", but another rank gave " << ShapeString(r.shape) << ".";
+        } else {
+          err << "Mismatched " << op << " tensor shapes: one rank sent a tensor of shape " << ShapeString(first.shape)
+              << ", but another rank sent a tensor of shape " << ShapeString(r.shape) << " (tensor " << first.name
+              << ").";
+        }
         return err.str();
       }
     }
   }
-  if (first.type == RequestType::ALLREDUCE) {
+  if (Among(first.type, {RequestType::ALLREDUCE, RequestType::REDUCESCATTER})) {
     for (const Request& r : requests) {
       if (r.prescale_factor != first.prescale_factor || r.postscale_factor != first.postscale_factor) {
         err << "Mismatched prescale and/or postscale factors: one rank sent factors " << first.prescale_factor << ", "
             << first.postscale_factor << ", but another rank sent factors " << r.prescale_factor << ", "
-            << r.postscale_factor << " (tensor " << first.name << ").";
+            << r.postscale_factor << " (tensor " << first.name << ", operation " << op << ").";
         return err.str();
       }
     }
     for (const Request& r : requests) {
       if (r.reduce_op != first.reduce_op) {
         err << "Mismatched reduction operations: one rank requested " << ReduceOpName(first.reduce_op)
-            << ", but another rank requested " << ReduceOpName(r.reduce_op) << " (tensor " << first.name << ").";
+            << ", but another rank requested " << ReduceOpName(r.reduce_op) << " (tensor " << first.name
+            << ", operation " << op << ").";
         return err.str();
       }
     }
   }
-  if (first.type == RequestType::ALLGATHER) {
-    if (first.shape.empty()) {
-      return "Allgather requires tensors of at least one dimension; rank " + std::to_string(first.rank) +
-             " sent a scalar (tensor " + first.name + ").";
+  if (Among(first.type, {RequestType::ALLGATHER, RequestType::ALLTOALL})) {
+    if (any_joined) {
+      std::string msg = std::string(op) + " is not supported with Join at this time (tensor " + first.name + ").";
+      if (first.type == RequestType::ALLGATHER) {
+        msg += " If sparse gradients reach an allgather, use sparse_as_dense=True in DistributedOptimizer.";
+      }
+      return msg;
+    }
+    for (const Request& r : requests) {
+      if (r.shape.empty()) {
+        return std::string(op) + " requires tensors of at least one dimension; rank " + std::to_string(r.rank) +
+               " sent a scalar (tensor " + first.name + ").";
+      }
     }
     for (const Request& r : requests) {
       if (r.shape.size() != first.shape.size()) {
@@ -80,7 +103,22 @@ std::string FindMismatch(const std::vector<Request>& requests) {
       }
     }
   }
+  if (first.type == RequestType::REDUCESCATTER) {
+    if (any_joined) return "REDUCESCATTER is not supported with Join at this time (tensor " + first.name + ").";
+    if (first.shape.empty()) {
+      return "REDUCESCATTER requires tensors of at least one dimension; the ranks sent a scalar (tensor " +
+             first.name + ").";
+    }
+    int64_t bytes = NumElements(first.shape) * static_cast<int64_t>(DataTypeSize(first.dtype));
+    if (first.prescale_factor != 1.0 && bytes > fusion_threshold) {
+      err << "REDUCESCATTER with a prescale factor needs the tensor to fit the fusion buffer, which is too small: "
+          << "tensor " << first.name << " has " << bytes << " bytes and HOROVOD_FUSION_THRESHOLD is "
+          << fusion_threshold << " bytes.";
+      return err.str();
+    }
+  }
   if (first.type == RequestType::BROADCAST) {
+    if (any_joined) return "BROADCAST is not supported with Join at this time (tensor " + first.name + ").";
     for (const Request& r : requests) {
       if (r.root_rank != first.root_rank) {
         err << "Mismatched " << op << " root ranks: one rank specified root rank " << first.root_rank
@@ -99,32 +137,30 @@ std::string FindMismatch(const std::vector<Request>& requests) {
   return "";
 }
 
-}  // namespace
-
-Controller::Controller(Backend& backend, const Config& config) : backend_(backend), config_(config) {}
-
-void Controller::RecordRequests(const RequestList& list, int rank, std::vector<std::string>& ready) {
-  for (const Request& request : list.requests) {
-    std::vector<Request>& pending = pending_[request.name];
-    pending.push_back(request);
-    pending.back().rank = rank;
-    if (static_cast<int>(pending.size()) == backend_.size()) ready.push_back(request.name);
-  }
+int64_t MicrosSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
 }
 
-Response Controller::BuildResponse(const std::string& name) {
-  auto it = pending_.find(name);
-  std::vector<Request> requests = std::move(it->second);
-  pending_.erase(it);
+}  // namespace
 
+Controller::Controller(Backend& backend, std::vector<int> global_ranks, const Config& config, Timeline* timeline)
+    : backend_(backend),
+      global_ranks_(std::move(global_ranks)),
+      config_(config),
+      timeline_(timeline),
+      cache_(static_cast<size_t>(std::max<int64_t>(config.cache_capacity, 0))),
+      stall_inspector_(config, global_ranks_) {}
+
+Response Controller::BuildResponse(const std::string& name, std::vector<Request> requests) {
   Response response;
   response.names.push_back(name);
-  std::string mismatch = FindMismatch(requests);
+  std::string mismatch = FindMismatch(requests, !joined_ranks_.empty(), config_.fusion_threshold_bytes);
   if (!mismatch.empty()) {
     response.type = ResponseType::ERROR;
     response.error_message = mismatch;
     return response;
   }
+  const int size = backend_.size();
   const Request& first = requests[0];
   response.type = static_cast<ResponseType>(first.type);
   response.dtype = first.dtype;
@@ -134,46 +170,253 @@ Response Controller::BuildResponse(const std::string& name) {
   response.root_rank = first.root_rank;
   response.device = first.device;
   response.group_id = first.group_id;
-  if (first.type == RequestType::ALLREDUCE) {
-    response.tensor_sizes.push_back(NumElements(first.shape));
-  } else if (first.type == RequestType::ALLGATHER) {
-    response.tensor_sizes.assign(backend_.size(), 0);
-    for (const Request& r : requests) response.tensor_sizes[r.rank] = r.shape[0];
+  switch (first.type) {
+    case RequestType::ALLREDUCE:
+    case RequestType::ADASUM:
+    case RequestType::REDUCESCATTER:
+      response.tensor_sizes.push_back(NumElements(first.shape));
+      break;
+    case RequestType::ALLGATHER:
+      response.tensor_sizes.assign(size, 0);
+      for (const Request& r : requests) response.tensor_sizes[r.rank] = r.shape[0];
+      break;
+    case RequestType::ALLTOALL:
+      response.tensor_sizes.assign(static_cast<size_t>(size) * size, 0);
+      for (const Request& r : requests) {
+        for (int to = 0; to < size; ++to) {
+          response.tensor_sizes[r.rank * size + to] = r.splits.empty() ? r.shape[0] / size : r.splits[to];
+        }
+      }
+      break;
+    case RequestType::ADD_PROCESS_SET:
+    case RequestType::REMOVE_PROCESS_SET:
+      response.tensor_sizes = first.shape;
+      break;
+    default:
+      break;
   }
   return response;
 }
 
-ResponseList Controller::Coordinate(const std::vector<RequestList>& lists) {
-  ResponseList list;
-  std::vector<std::string> ready;
+ResponseList Controller::Coordinate(std::vector<RequestList>& lists) {
+  ResponseList out;
+  const auto now = std::chrono::steady_clock::now();
+  const bool record = timeline_ != nullptr && timeline_->recording();
   for (int rank = 0; rank < static_cast<int>(lists.size()); ++rank) {
-    list.shutdown = list.shutdown || lists[rank].shutdown;
-    RecordRequests(lists[rank], rank, ready);
+    RequestList& list = lists[rank];
+    if (list.shutdown) {
+      out.shutdown = true;
+      if (out.shutdown_reason.empty()) out.shutdown_reason = list.shutdown_reason;
+    }
+    for (Request& request : list.requests) {
+      request.rank = rank;
+      if (request.type == RequestType::JOIN) {
+        joined_ranks_.insert(rank);
+        last_joined_ = global_ranks_[rank];
+        continue;
+      }
+      auto [it, inserted] = pending_.try_emplace(request.name);
+      if (inserted) {
+        it->second.first_seen = now;
+        arrival_order_.push_back(request.name);
+        if (record) timeline_->NegotiateStart(request.name, request.type);
+      }
+      if (record) timeline_->NegotiateRankReady(request.name, global_ranks_[rank]);
+      it->second.requests.push_back(std::move(request));
+    }
   }
-  for (const auto& name : ready) list.responses.push_back(BuildResponse(name));
-  list.responses =
-      FuseResponses(std::move(list.responses), config_.fusion_threshold_bytes, config_.disable_group_fusion);
-  return list;
+
+  // A name is ready once every rank that has not joined has submitted it.
+  const int size = backend_.size();
+  const int active = size - static_cast<int>(joined_ranks_.size());
+  std::vector<std::string> still_pending;
+  for (const std::string& name : arrival_order_) {
+    auto it = pending_.find(name);
+    int submitted = 0;
+    for (const Request& r : it->second.requests) submitted += joined_ranks_.count(r.rank) ? 0 : 1;
+    if (active > 0 && submitted == active) {
+      if (record) timeline_->NegotiateEnd(name);
+      out.responses.push_back(BuildResponse(name, std::move(it->second.requests)));
+      pending_.erase(it);
+    } else {
+      still_pending.push_back(name);
+    }
+  }
+  arrival_order_.swap(still_pending);
+
+  if (static_cast<int>(joined_ranks_.size()) == size) {
+    Response join;
+    join.type = ResponseType::JOIN;
+    join.names.push_back("join.noname");
+    join.tensor_sizes.push_back(last_joined_);
+    out.responses.push_back(std::move(join));
+    joined_ranks_.clear();
+  }
+  out.any_joined = !joined_ranks_.empty();
+
+  std::string stall = stall_inspector_.Check(pending_, joined_ranks_);
+  if (!stall.empty() && !out.shutdown) {
+    out.shutdown = true;
+    out.shutdown_reason = stall;
+  }
+  return out;
 }
 
-ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool shutdown) {
-  std::vector<RequestList> lists(1);
-  lists[0].requests = std::move(requests);
-  lists[0].shutdown = shutdown;
-  if (backend_.size() == 1) return Coordinate(lists);
-
+ResponseList Controller::Negotiate(const RequestList& mine) {
+  ++stats_.coordinator_rounds;
+  if (backend_.size() == 1) {
+    std::vector<RequestList> lists{mine};
+    return Coordinate(lists);
+  }
   const int root = 0;
-  std::vector<std::vector<char>> gathered = backend_.Gatherv(Serialize(lists[0]), root);
+  std::vector<std::vector<char>> gathered = backend_.Gatherv(Serialize(mine), root);
   std::vector<char> reply;
   if (backend_.rank() != root) {
     backend_.Broadcast(reply, root);
     return DeserializeResponseList(reply);
   }
-  lists.clear();
+  std::vector<RequestList> lists;
+  lists.reserve(gathered.size());
   for (const auto& bytes : gathered) lists.push_back(DeserializeRequestList(bytes));
   ResponseList list = Coordinate(lists);
   reply = Serialize(list);
   backend_.Broadcast(reply, root);
+  return list;
+}
+
+ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool shutdown,
+                                             const std::string& shutdown_reason) {
+  const auto start = std::chrono::steady_clock::now();
+  ++stats_.cycles;
+  // A join completed in the previous cycle's list; this rank stayed joined while executing it.
+  if (join_completed_) {
+    local_joined_ = false;
+    join_completed_ = false;
+  }
+  const bool use_cache = cache_.capacity() > 0;
+  const auto eviction_time = stall_inspector_.eviction_time();
+
+  // 1. Classify this rank's requests: held cache hits first (they were submitted earlier).
+  std::vector<Held> candidates;
+  candidates.swap(held_);
+  for (Request& r : requests) candidates.push_back(Held{std::move(r), start});
+  std::vector<Request> uncached;
+  std::vector<Held> hits;
+  std::vector<uint32_t> hit_bits;
+  std::set<uint32_t> local_invalid;
+  for (Held& held : candidates) {
+    Request& r = held.request;
+    if (r.type == RequestType::JOIN) local_joined_ = true;
+    uint32_t bit = 0;
+    ResponseCache::Lookup found = ResponseCache::Lookup::MISS;
+    if (use_cache && ResponseCache::Cacheable(r.type)) found = cache_.Find(r, &bit);
+    if (found == ResponseCache::Lookup::HIT) {
+      const bool join_error_path = any_joined_ && cache_.response(bit).type != ResponseType::ALLREDUCE;
+      const bool stalled = eviction_time.count() > 0 && start - held.since > eviction_time;
+      if (join_error_path || stalled) {
+        // Negotiated through the coordinator: it reports the join error, or the stall.
+        if (stalled) local_invalid.insert(bit);
+        uncached.push_back(std::move(r));
+      } else {
+        hits.push_back(std::move(held));
+        hit_bits.push_back(bit);
+      }
+    } else {
+      if (found == ResponseCache::Lookup::INVALID) local_invalid.insert(bit);
+      uncached.push_back(std::move(r));
+    }
+  }
+
+  // 2. Agree on the cache: one bitwise AND over [flags | hit bits | not-invalid bits].
+  bool need_round = true;
+  std::vector<Response> cached_responses;
+  if (use_cache) {
+    const size_t num_bits = cache_.num_bits();
+    const size_t words = (num_bits + 63) / 64;
+    std::vector<uint64_t> vec(1 + 2 * words, 0);
+    constexpr uint64_t kNoShutdown = 1, kNothingUncached = 2;
+    vec[0] = (shutdown ? 0 : kNoShutdown) | (uncached.empty() ? kNothingUncached : 0);
+    auto set_bit = [&](size_t section, uint32_t bit) { vec[1 + section * words + bit / 64] |= uint64_t{1} << (bit % 64); };
+    auto get_bit = [&](size_t section, uint32_t bit) {
+      return (vec[1 + section * words + bit / 64] >> (bit % 64)) & 1;
+    };
+    for (uint32_t bit : hit_bits) set_bit(0, bit);
+    if (local_joined_) {
+      // A joined rank takes part in every cached allreduce the others run (with zeros).
+      for (uint32_t bit = 0; bit < num_bits; ++bit) {
+        if (cache_.occupied(bit) && cache_.response(bit).type == ResponseType::ALLREDUCE) set_bit(0, bit);
+      }
+    }
+    for (uint32_t bit = 0; bit < num_bits; ++bit) {
+      if (!local_invalid.count(bit)) set_bit(1, bit);
+    }
+    if (backend_.size() > 1) backend_.AllreduceBitsAnd(vec);
+    need_round = (vec[0] & (kNoShutdown | kNothingUncached)) != (kNoShutdown | kNothingUncached);
+
+    // Every rank applies the same cache operations in the same order.
+    std::set<uint32_t> invalid;
+    for (uint32_t bit = 0; bit < num_bits; ++bit) {
+      if (!get_bit(1, bit)) invalid.insert(bit);
+    }
+    std::vector<uint32_t> common;
+    for (uint32_t bit = 0; bit < num_bits; ++bit) {
+      if (get_bit(0, bit) && !invalid.count(bit) && cache_.occupied(bit)) common.push_back(bit);
+    }
+    for (size_t i = 0; i < hits.size(); ++i) {
+      uint32_t bit = hit_bits[i];
+      if (invalid.count(bit)) {
+        uncached.push_back(std::move(hits[i].request));
+      } else if (!std::binary_search(common.begin(), common.end(), bit)) {
+        held_.push_back(std::move(hits[i]));  // not submitted by every rank yet
+      }
+    }
+    for (uint32_t bit : common) {
+      cached_responses.push_back(cache_.response(bit));
+      cache_.Touch(bit);
+    }
+    for (uint32_t bit : invalid) cache_.Erase(bit);
+    stats_.cache_hits += static_cast<int64_t>(common.size());
+    if (!need_round && !uncached.empty()) {
+      throw std::logic_error("response cache: uncached requests left without a negotiation round");
+    }
+  }
+
+  // 3. The coordinator round, when some rank has something uncached or asks to shut down.
+  ResponseList list;
+  if (need_round) {
+    RequestList mine;
+    mine.shutdown = shutdown;
+    mine.shutdown_reason = shutdown_reason;
+    for (const Request& r : uncached) {
+      if (ResponseCache::Cacheable(r.type)) sent_[r.name] = r;
+    }
+    mine.requests = std::move(uncached);
+    list = Negotiate(mine);
+    any_joined_ = list.any_joined;
+    for (const Response& response : list.responses) {
+      if (response.type == ResponseType::JOIN) join_completed_ = true;
+      if (response.names.size() != 1) continue;
+      std::optional<Request> own;
+      auto it = sent_.find(response.names[0]);
+      if (it != sent_.end()) {
+        own = std::move(it->second);
+        sent_.erase(it);
+      }
+      if (use_cache && response.type != ResponseType::ERROR &&
+          ResponseCache::Cacheable(static_cast<RequestType>(response.type))) {
+        cache_.Put(response, own);
+      }
+    }
+  }
+
+  // 4. Cached responses first, then the coordinator's; fused.
+  if (!cached_responses.empty()) {
+    for (Response& r : list.responses) cached_responses.push_back(std::move(r));
+    list.responses = std::move(cached_responses);
+  }
+  list.responses = FuseResponses(std::move(list.responses), config_.fusion_threshold_bytes,
+                                 config_.disable_group_fusion);
+  stats_.negotiation_us += MicrosSince(start);
   return list;
 }
 

@@ -1,15 +1,21 @@
-// Negotiation: deciding, once per cycle, which tensors every rank of a communicator runs and in
-// which order.
+// Negotiation: deciding, once per cycle, which tensors every rank of a process set runs and in
+// which order (spec core.md §7).
 //
-// Every rank sends the requests submitted since the last cycle to the coordinator (rank 0 of the
-// communicator). The coordinator counts, per tensor name, which ranks have submitted it; a name is
-// ready once all ranks have. It checks that the ranks agree on the operation (dtype, op type,
-// shape, scale factors, reduce op, root, device), turning disagreement into an ERROR response, fuses
-// ready allreduces, and broadcasts the ordered response list, with the OR of every rank's shutdown
-// flag. Every rank then executes that list, so all ranks run the same operations in the same order
-// whatever order they submitted them in.
+// Each cycle every rank classifies the requests submitted since the last cycle against the
+// response cache. One bitwise-AND round over the set (a bit per cache entry, plus flags) finds the
+// cached tensors every rank has submitted; when no rank has anything else to say (the steady
+// state of a training loop), that round is the whole negotiation. Otherwise every rank sends its
+// uncached requests to the coordinator (rank 0 of the set), which counts, per tensor name, which
+// ranks have submitted it; a name is ready once every rank that has not joined has. It checks that
+// the ranks agree on the operation (turning disagreement into an ERROR response), and broadcasts
+// the ordered response list with the OR of every rank's shutdown flag. Every rank then executes
+// cached responses (in bit order), then the coordinator's, fused where possible, so all ranks run
+// the same operations in the same order whatever order they submitted them in.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,28 +23,68 @@
 #include "backend.h"
 #include "config.h"
 #include "message.h"
+#include "response_cache.h"
+#include "stall_inspector.h"
 
 namespace horovod {
 
+class Timeline;
+
+// Counters of one controller, for benchmarks and tests.
+struct NegotiationStats {
+  int64_t cycles = 0;            // calls of ComputeResponseList
+  int64_t coordinator_rounds = 0;  // cycles that needed the gather/broadcast round
+  int64_t cache_hits = 0;        // responses served from the response cache
+  int64_t negotiation_us = 0;    // time spent in ComputeResponseList, microseconds
+};
+
 class Controller {
  public:
-  Controller(Backend& backend, const Config& config);
-  // Collective over the communicator: every rank calls it once per cycle.
-  ResponseList ComputeResponseList(std::vector<Request> requests, bool shutdown);
+  // `global_ranks[i]` is the global rank of set rank i. `timeline` may be null (it records only on
+  // global rank 0, which is the coordinator of every set it belongs to).
+  Controller(Backend& backend, std::vector<int> global_ranks, const Config& config, Timeline* timeline);
+
+  // Collective over the set: every member calls it once per cycle with the requests submitted
+  // since the last call. Returns the ordered, fused responses to execute and the shutdown verdict.
+  ResponseList ComputeResponseList(std::vector<Request> requests, bool shutdown, const std::string& shutdown_reason);
+
+  // Whether this rank has joined and the list containing the JOIN response has not been executed.
+  bool joined() const { return local_joined_; }
+  const NegotiationStats& stats() const { return stats_; }
 
  private:
-  // Coordinator only: records one rank's requests; appends names that became ready to `ready`.
-  void RecordRequests(const RequestList& list, int rank, std::vector<std::string>& ready);
-  Response BuildResponse(const std::string& name);
-  // Coordinator only: turns every rank's request list (indexed by rank) into the response list.
-  ResponseList Coordinate(const std::vector<RequestList>& lists);
+  struct Held {
+    Request request;
+    std::chrono::steady_clock::time_point since;
+  };
+  // The gather / coordinate / broadcast round.
+  ResponseList Negotiate(const RequestList& mine);
+  // Coordinator only: every rank's request list (indexed by set rank) -> the new responses.
+  ResponseList Coordinate(std::vector<RequestList>& lists);
+  Response BuildResponse(const std::string& name, std::vector<Request> requests);
 
   Backend& backend_;
+  std::vector<int> global_ranks_;
   const Config& config_;
-  // Per tensor name, the requests of the ranks that have submitted it, in arrival order. A rank
-  // never has two requests of one name in flight (TensorQueue refuses duplicates), so the count
-  // of requests is the count of ranks.
-  std::unordered_map<std::string, std::vector<Request>> pending_;
+  Timeline* timeline_;
+  ResponseCache cache_;
+  StallInspector stall_inspector_;
+  NegotiationStats stats_;
+
+  // This rank: cache hits not yet submitted by every rank, and the uncached requests sent to the
+  // coordinator and not answered yet (the own request stored with a cached response).
+  std::vector<Held> held_;
+  std::unordered_map<std::string, Request> sent_;
+  bool local_joined_ = false;
+  bool join_completed_ = false;
+  bool any_joined_ = false;
+
+  // Coordinator: per tensor name, the requests of the ranks that have submitted it, and the names
+  // in arrival order; the set ranks that have joined and the global rank that joined last.
+  std::unordered_map<std::string, PendingTensor> pending_;
+  std::vector<std::string> arrival_order_;
+  std::set<int> joined_ranks_;
+  int last_joined_ = -1;
 };
 
 }  // namespace horovod

@@ -1,6 +1,14 @@
 #include "engine.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include "logging.h"
@@ -21,50 +29,249 @@ std::string CpuBackendName(const Config& config) {
   return "gloo";
 }
 
-// Exchanges each rank's local size to learn whether every host runs the same number of ranks.
-bool ComputeHomogeneous(Backend& backend, int local_size) {
-  std::vector<char> mine(sizeof(int));
-  std::memcpy(mine.data(), &local_size, sizeof(int));
+// Every rank's bytes, on every rank (a gather to rank 0 and a broadcast of the concatenation).
+std::vector<std::vector<char>> AllgatherBytes(Backend& backend, const std::vector<char>& mine) {
   std::vector<std::vector<char>> all = backend.Gatherv(mine, 0);
-  std::vector<char> verdict(1, 1);
+  std::vector<char> packed;
   if (backend.rank() == 0) {
     for (const auto& bytes : all) {
-      int theirs;
-      std::memcpy(&theirs, bytes.data(), sizeof(int));
-      if (theirs != local_size) verdict[0] = 0;
+      uint64_t n = bytes.size();
+      packed.insert(packed.end(), reinterpret_cast<const char*>(&n), reinterpret_cast<const char*>(&n) + sizeof(n));
+      packed.insert(packed.end(), bytes.begin(), bytes.end());
     }
   }
-  backend.Broadcast(verdict, 0);
-  return verdict[0] != 0;
+  backend.Broadcast(packed, 0);
+  all.assign(backend.size(), {});
+  size_t pos = 0;
+  for (int r = 0; r < backend.size(); ++r) {
+    uint64_t n;
+    std::memcpy(&n, packed.data() + pos, sizeof(n));
+    pos += sizeof(n);
+    all[r].assign(packed.data() + pos, packed.data() + pos + n);
+    pos += n;
+  }
+  return all;
+}
+
+std::vector<char> PackInts(const std::vector<std::vector<int>>& lists) {
+  std::ostringstream out;
+  for (const auto& list : lists) {
+    out << "[";
+    for (int r : list) out << r << ",";
+    out << "]";
+  }
+  std::string s = out.str();
+  return std::vector<char>(s.begin(), s.end());
+}
+
+// Whether process `pid` on this host has exited (gone, or a zombie not yet reaped).
+bool ProcessGone(int64_t pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
 }
 
 }  // namespace
 
-std::unique_ptr<Engine> Engine::Start(const Config& config, Store* store, const std::string& key_prefix) {
+std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Store> store,
+                                      const std::string& key_prefix,
+                                      const std::vector<std::vector<int>>& process_sets) {
   SetLogLevel(config.log_level, config.log_hide_time);
+  std::unique_ptr<Engine> engine(new Engine(config));
+  engine->store_ = store ? std::move(store) : std::make_unique<MemoryStore>();
+  engine->key_prefix_ = key_prefix;
   BackendOptions options;
   options.rank = config.rank;
   options.size = config.size;
-  options.store = store;
+  options.store = engine->store_.get();
   options.key_prefix = key_prefix;
   options.iface = config.gloo_iface;
   options.hostname = config.local_size == config.size ? "127.0.0.1" : config.hostname;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.gloo_timeout_seconds * 1000));
   std::unique_ptr<Backend> backend = BackendRegistry::Create(CpuBackendName(config), options);
-  std::unique_ptr<Engine> engine(new Engine(config, std::move(backend)));
-  engine->homogeneous_ = ComputeHomogeneous(*engine->backend_, config.local_size);
+  Backend& global = *backend;
+  engine->backend_name_ = global.name();
+
+  // Topology facts and the static process sets, agreed by every rank.
+  std::ostringstream me;
+  me << config.local_size << "\n" << config.hostname << "\n" << ::getpid();
+  std::string mine_text = me.str();
+  std::vector<std::vector<char>> all = AllgatherBytes(global, std::vector<char>(mine_text.begin(), mine_text.end()));
+  for (const auto& bytes : all) {
+    std::istringstream in(std::string(bytes.begin(), bytes.end()));
+    int local_size = 0;
+    std::string host;
+    int64_t pid = 0;
+    in >> local_size >> host >> pid;
+    if (local_size != config.local_size) engine->homogeneous_ = false;
+    engine->peers_.emplace_back(host, pid);
+  }
+  std::vector<char> my_sets = PackInts(process_sets);
+  std::vector<std::vector<char>> sets_everywhere = AllgatherBytes(global, my_sets);
+  for (int r = 0; r < config.size; ++r) {
+    if (sets_everywhere[r] != my_sets) {
+      throw EngineError(Status::InvalidArgument(
+          "hvd.init(process_sets=...) must be given the same process sets on every rank; rank " +
+          std::to_string(config.rank) + " has " + std::string(my_sets.begin(), my_sets.end()) + " but rank " +
+          std::to_string(r) + " has " + std::string(sets_everywhere[r].begin(), sets_everywhere[r].end()) + "."));
+    }
+  }
+
+  auto global_set = std::make_shared<ProcessSet>();
+  global_set->id = 0;
+  for (int r = 0; r < config.size; ++r) global_set->ranks.push_back(r);
+  global_set->set_rank = config.rank;
+  global_set->backend = std::move(backend);
+  Timeline* timeline = config.rank == 0 ? &engine->timeline_ : nullptr;
+  global_set->controller = std::make_unique<Controller>(*global_set->backend, global_set->ranks, engine->config_, timeline);
+  engine->sets_[0] = global_set;
+  for (const auto& ranks : process_sets) engine->CreateProcessSet(engine->next_id_++, ranks);
+
+  engine->timeline_enabled_ = !config.timeline.empty();
+  if (engine->timeline_enabled_ && config.timeline != "DYNAMIC" && config.rank == 0) {
+    engine->timeline_.Start(config.timeline, config.timeline_mark_cycles);
+  }
   engine->thread_ = std::thread(&Engine::BackgroundLoop, engine.get());
   HVD_LOG(INFO) << "Horovod initialized: rank " << config.rank << " of " << config.size << ", backend "
-                << engine->backend_->name();
+                << engine->backend_name_;
   return engine;
 }
 
-Engine::Engine(const Config& config, std::unique_ptr<Backend> backend)
-    : config_(config), backend_(std::move(backend)), controller_(new Controller(*backend_, config_)) {}
+Engine::Engine(const Config& config) : config_(config) {}
 
 Engine::~Engine() { Shutdown(); }
 
-void Engine::Enqueue(int64_t handle, std::vector<Request> requests, std::vector<TensorTableEntry> entries) {
+void Engine::CreateProcessSet(int32_t id, const std::vector<int>& ranks) {
+  std::shared_ptr<ProcessSet> global = FindSet(0);
+  auto set = std::make_shared<ProcessSet>();
+  set->id = id;
+  set->ranks = ranks;
+  auto it = std::find(ranks.begin(), ranks.end(), config_.rank);
+  set->set_rank = it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+  BackendOptions options;
+  options.store = store_.get();
+  options.key_prefix = key_prefix_ + "set" + std::to_string(++sets_created_) + ".";
+  options.iface = config_.gloo_iface;
+  options.hostname = config_.local_size == config_.size ? "127.0.0.1" : config_.hostname;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.gloo_timeout_seconds * 1000));
+  set->backend = global->backend->Split(ranks, options);
+  if (set->backend) {
+    Timeline* timeline = config_.rank == 0 ? &timeline_ : nullptr;
+    set->controller = std::make_unique<Controller>(*set->backend, ranks, config_, timeline);
+  }
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  sets_[id] = std::move(set);
+}
+
+std::shared_ptr<ProcessSet> Engine::FindSet(int32_t id) {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  auto it = sets_.find(id);
+  return it == sets_.end() ? nullptr : it->second;
+}
+
+std::map<int32_t, std::vector<int>> Engine::ProcessSetRanks() {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  std::map<int32_t, std::vector<int>> out;
+  for (const auto& [id, set] : sets_) out[id] = set->ranks;
+  return out;
+}
+
+namespace {
+EngineError UnknownSet(int32_t id) {
+  return EngineError(Status::InvalidArgument("Process set " + std::to_string(id) +
+                                             " is not known to Horovod: it was never registered, or it was removed."));
+}
+}  // namespace
+
+int Engine::ProcessSetRank(int32_t id) {
+  std::shared_ptr<ProcessSet> set = FindSet(id);
+  if (!set) throw UnknownSet(id);
+  if (set->set_rank < 0) {
+    throw EngineError(Status::InvalidArgument("Rank " + std::to_string(config_.rank) +
+                                              " is not a member of process set " + std::to_string(id) + " (ranks " +
+                                              ShapeString(std::vector<int64_t>(set->ranks.begin(), set->ranks.end())) +
+                                              ")."));
+  }
+  return set->set_rank;
+}
+
+int Engine::ProcessSetSize(int32_t id) {
+  std::shared_ptr<ProcessSet> set = FindSet(id);
+  if (!set) throw UnknownSet(id);
+  return static_cast<int>(set->ranks.size());
+}
+
+void Engine::StartTimeline(const std::string& path, bool mark_cycles) {
+  if (!timeline_enabled_) {
+    throw EngineError(Status::InvalidArgument(
+        "The timeline was not enabled when Horovod was initialized: set HOROVOD_TIMELINE=DYNAMIC (or a file path) "
+        "before hvd.init() to use hvd.start_timeline()."));
+  }
+  if (config_.rank == 0) timeline_.Start(path, mark_cycles);
+}
+
+void Engine::StopTimeline() {
+  if (config_.rank == 0) timeline_.Stop();
+}
+
+NegotiationStats Engine::GlobalStats() {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return global_stats_;
+}
+
+void Engine::Enqueue(int32_t process_set_id, int64_t handle, std::vector<Request> requests,
+                     std::vector<TensorTableEntry> entries) {
+  std::shared_ptr<ProcessSet> set = FindSet(process_set_id);
+  if (!set) throw UnknownSet(process_set_id);
+  const std::string ranks_text = ShapeString(std::vector<int64_t>(set->ranks.begin(), set->ranks.end()));
+  if (set->set_rank < 0) {
+    throw EngineError(Status::InvalidArgument("Rank " + std::to_string(config_.rank) +
+                                              " is not a member of process set " + std::to_string(process_set_id) +
+                                              " (ranks " + ranks_text + ") and cannot submit operations on it."));
+  }
+  const int64_t size = static_cast<int64_t>(set->ranks.size());
+  for (const Request& r : requests) {
+    if (r.type == RequestType::BROADCAST &&
+        !std::binary_search(set->ranks.begin(), set->ranks.end(), r.root_rank)) {
+      throw EngineError(Status::InvalidArgument("Broadcast root rank " + std::to_string(r.root_rank) +
+                                                " is not a member of process set " + std::to_string(process_set_id) +
+                                                " (ranks " + ranks_text + "); root_rank is a global rank."));
+    }
+    if (r.type == RequestType::ALLTOALL) {
+      const int64_t dim0 = r.shape.empty() ? 0 : r.shape[0];
+      if (r.splits.empty()) {
+        if (dim0 % size != 0) {
+          throw EngineError(Status::InvalidArgument(
+              "alltoall: splits were not given and the first dimension (" + std::to_string(dim0) +
+              ") is not divisible by the number of workers in the process set (" + std::to_string(size) + ")."));
+        }
+      } else {
+        if (static_cast<int64_t>(r.splits.size()) != size) {
+          throw EngineError(Status::InvalidArgument(
+              "alltoall: splits must have one entry per member of the process set: expected " + std::to_string(size) +
+              " entries, got " + std::to_string(r.splits.size()) + "."));
+        }
+        int64_t total = 0;
+        for (int64_t s : r.splits) {
+          if (s < 0) throw EngineError(Status::InvalidArgument("alltoall: splits must not be negative."));
+          total += s;
+        }
+        if (total > dim0) {
+          throw EngineError(Status::InvalidArgument("alltoall: the splits add up to " + std::to_string(total) +
+                                                    ", more than the first dimension of the tensor (" +
+                                                    std::to_string(dim0) + ")."));
+        }
+      }
+    }
+    if ((r.type == RequestType::JOIN || r.type == RequestType::ADD_PROCESS_SET ||
+         r.type == RequestType::REMOVE_PROCESS_SET) && process_set_id != 0) {
+      throw EngineError(Status::InvalidArgument(std::string(RequestTypeName(r.type)) +
+                                                " runs on the global process set only."));
+    }
+  }
   auto state = std::make_shared<HandleState>(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
     entries[i].handle = state;
@@ -75,7 +282,7 @@ void Engine::Enqueue(int64_t handle, std::vector<Request> requests, std::vector<
     handles_[handle] = state;
   }
   try {
-    queue_.Add(std::move(requests), std::move(entries));
+    set->queue.Add(std::move(requests), std::move(entries));
   } catch (...) {
     ReleaseHandle(handle);
     throw;
@@ -98,18 +305,47 @@ void Engine::ReleaseHandle(int64_t handle) {
   handles_.erase(handle);
 }
 
-void Engine::Shutdown() {
+void Engine::RequestShutdown(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    if (shutdown_reason_.empty()) shutdown_reason_ = reason;
+  }
   shutdown_requested_ = true;
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
     wake_ = true;
   }
   wake_cv_.notify_one();
+}
+
+void Engine::Shutdown() {
+  RequestShutdown("");
   if (thread_.joinable()) thread_.join();
+  timeline_.Stop();
+}
+
+std::string Engine::DescribeLostRanks() {
+  // A killed peer's sockets close while it exits; give it a moment to become a zombie.
+  const std::string& my_host = config_.hostname;
+  std::vector<int> gone;
+  for (int attempt = 0; attempt < 40 && gone.empty(); ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
+      if (r != config_.rank && peers_[r].first == my_host && ProcessGone(peers_[r].second)) gone.push_back(r);
+    }
+  }
+  if (gone.empty()) return "another rank, which probably exited or was killed";
+  std::ostringstream out;
+  out << (gone.size() > 1 ? "ranks " : "rank ");
+  for (size_t i = 0; i < gone.size(); ++i) {
+    out << (i ? ", " : "") << gone[i] << " (pid " << peers_[gone[i]].second << " on " << peers_[gone[i]].first << ")";
+  }
+  out << (gone.size() > 1 ? ", whose processes have" : ", whose process has") << " exited";
+  return out.str();
 }
 
 void Engine::BackgroundLoop() {
-  Status status = Status::UnknownError(kShutdownMessage);
+  Status status;
   const auto cycle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
   try {
     while (true) {
@@ -120,98 +356,234 @@ void Engine::BackgroundLoop() {
       }
       if (!RunCycle()) break;
     }
+    status = Status::UnknownError(exit_reason_.empty() ? kShutdownMessage : exit_reason_);
+  } catch (const std::logic_error& e) {
+    status = Status::UnknownError(std::string("Horovod stopped on an internal error (please report it): ") + e.what());
+    HVD_LOG(ERROR) << status.reason();
   } catch (const std::exception& e) {
-    status = Status::UnknownError(
-        std::string("Horovod lost its connection to another rank, which probably exited or was killed; "
-                    "every pending and later collective operation fails. Cause: ") +
-        e.what());
+    status = Status::UnknownError("Horovod lost its connection to " + DescribeLostRanks() +
+                                  "; every pending and later collective operation fails. Cause: " + e.what());
     HVD_LOG(ERROR) << status.reason();
   }
-  for (TensorTableEntry& entry : queue_.Close(status)) entry.handle->Complete(entry.index, status);
+  std::vector<std::shared_ptr<ProcessSet>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& [id, set] : sets_) sets.push_back(set);
+  }
+  for (auto& set : sets) {
+    for (TensorTableEntry& entry : set->queue.Close(status)) entry.handle->Complete(entry.index, status);
+  }
+  if (status.reason() != kShutdownMessage && !exit_reason_.empty()) HVD_LOG(ERROR) << status.reason();
+  // Close every connection now, so that peers blocked on this rank fail at once instead of
+  // waiting for their timeout.
+  for (auto& set : sets) {
+    set->controller.reset();
+    set->backend.reset();
+  }
 }
 
 bool Engine::RunCycle() {
-  ResponseList list = controller_->ComputeResponseList(queue_.PopRequests(), shutdown_requested_);
-  for (const Response& response : list.responses) Perform(response);
-  return !list.shutdown;
+  timeline_.MarkCycleStart();
+  std::shared_ptr<ProcessSet> global = FindSet(0);
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    reason = shutdown_reason_;
+  }
+  ResponseList list =
+      global->controller->ComputeResponseList(global->queue.PopRequests(), shutdown_requested_, reason);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    global_stats_ = global->controller->stats();
+  }
+  if (list.shutdown) {
+    exit_reason_ = list.shutdown_reason;
+    return false;
+  }
+  for (const Response& response : list.responses) Perform(*global, response);
+
+  std::vector<std::shared_ptr<ProcessSet>> others;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& [id, set] : sets_) {
+      if (id != 0 && set->controller) others.push_back(set);
+    }
+  }
+  for (auto& set : others) {
+    ResponseList set_list = set->controller->ComputeResponseList(set->queue.PopRequests(), false, "");
+    // A stall in this set shuts every rank down through the global set's next negotiation.
+    if (set_list.shutdown) RequestShutdown(set_list.shutdown_reason);
+    for (const Response& response : set_list.responses) Perform(*set, response);
+  }
+  return true;
 }
 
-void Engine::Perform(const Response& response) {
-  std::vector<TensorTableEntry> entries;
-  entries.reserve(response.names.size());
-  for (const auto& name : response.names) entries.push_back(queue_.Take(name));
+std::string Engine::Activity(const char* op) const {
+  std::string name = backend_name_;
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name + "_" + op;
+}
+
+void Engine::Perform(ProcessSet& set, const Response& response) {
+  // This rank's entries; a rank that has joined has none for the others' allreduces.
+  std::vector<TensorTableEntry> owned(response.names.size());
+  std::vector<TensorTableEntry*> entries(response.names.size(), nullptr);
+  for (size_t i = 0; i < response.names.size(); ++i) {
+    if (set.queue.TryTake(response.names[i], &owned[i])) entries[i] = &owned[i];
+  }
+  auto complete_all = [&](const Status& status) {
+    for (auto* e : entries) {
+      if (e) e->handle->Complete(e->index, status);
+    }
+  };
 
   if (response.type == ResponseType::ERROR) {
-    for (auto& e : entries) e.handle->Complete(e.index, Status::PreconditionError(response.error_message));
+    complete_all(Status::PreconditionError(response.error_message));
     return;
   }
-  // Engine-allocated outputs, one per entry (null where the caller gave the output).
-  std::vector<std::shared_ptr<OutputBuffer>> outputs(entries.size());
+  const bool joined = set.controller->joined();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    bool zero_ok = response.type == ResponseType::ALLREDUCE && joined;
+    if (!entries[i] && !zero_ok && response.type != ResponseType::JOIN) {
+      throw std::logic_error("negotiated tensor '" + response.names[i] + "' is not in this rank's table");
+    }
+  }
+  const bool record = timeline_.recording();
+  if (record) {
+    for (const auto& name : response.names) timeline_.Start(name, response.type);
+  }
+  // Engine-allocated outputs, per entry (empty where the caller gave the output).
+  std::vector<std::vector<std::shared_ptr<OutputBuffer>>> outputs(entries.size());
+  int64_t value = 0;
+  bool has_value = false;
   try {
     switch (response.type) {
-      case ResponseType::ALLREDUCE: PerformAllreduce(response, entries); break;
-      case ResponseType::ALLGATHER: PerformAllgather(response, entries, outputs); break;
-      case ResponseType::BROADCAST: PerformBroadcast(response, entries); break;
+      case ResponseType::ALLREDUCE: PerformAllreduce(set, response, entries); break;
+      case ResponseType::ALLGATHER: PerformAllgather(set, response, entries, outputs); break;
+      case ResponseType::BROADCAST: PerformBroadcast(set, response, entries); break;
+      case ResponseType::ALLTOALL: PerformAlltoall(set, response, entries, outputs); break;
+      case ResponseType::REDUCESCATTER: PerformReducescatter(set, response, entries, outputs); break;
+      case ResponseType::BARRIER:
+        if (record) timeline_.ActivityStart(response.names[0], Activity("BARRIER").c_str());
+        set.backend->Barrier();
+        if (record) timeline_.ActivityEnd(response.names[0]);
+        break;
+      case ResponseType::JOIN:
+        value = response.tensor_sizes[0];
+        has_value = true;
+        break;
+      case ResponseType::ADD_PROCESS_SET:
+        value = PerformAddProcessSet(response);
+        has_value = true;
+        break;
+      case ResponseType::REMOVE_PROCESS_SET:
+        value = PerformRemoveProcessSet(response);
+        has_value = true;
+        break;
       default:
-        // The binding enqueues nothing else; reaching this is a bug, which ends the engine.
         throw std::logic_error(std::string("no executor for ") + ResponseTypeName(response.type));
     }
   } catch (const std::exception& e) {
     // The failure ends the engine (BackgroundLoop); these entries are no longer in the queue, so
     // they are failed here.
-    Status status = Status::UnknownError(std::string("Horovod ") + ResponseTypeName(response.type) +
-                                         " failed: " + e.what());
-    for (auto& entry : entries) entry.handle->Complete(entry.index, status);
+    if (record) {
+      for (const auto& name : response.names) timeline_.End(name);
+    }
+    complete_all(Status::UnknownError(std::string("Horovod ") + ResponseTypeName(response.type) +
+                                      " failed: " + e.what()));
     throw;
   }
+  if (record) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const auto& name = response.names[i];
+      if (!outputs[i].empty()) {
+        timeline_.End(name, outputs[i][0]->dtype(), outputs[i][0]->shape());
+      } else if (entries[i] && entries[i]->output.data != nullptr) {
+        timeline_.End(name, entries[i]->output.dtype, entries[i]->output.shape);
+      } else {
+        timeline_.End(name);
+      }
+    }
+  }
   for (size_t i = 0; i < entries.size(); ++i) {
-    entries[i].handle->Complete(entries[i].index, Status::OK(), std::move(outputs[i]));
+    if (!entries[i]) continue;
+    if (has_value) {
+      entries[i]->handle->CompleteWithValue(entries[i]->index, value);
+    } else {
+      entries[i]->handle->Complete(entries[i]->index, Status::OK(), std::move(outputs[i]));
+    }
   }
 }
 
-void Engine::PerformAllreduce(const Response& response, std::vector<TensorTableEntry>& entries) {
+void Engine::PerformAllreduce(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries) {
   const DataType dtype = response.dtype;
   const size_t element_size = DataTypeSize(dtype);
   double postscale = response.postscale_factor;
   ReduceOp op = response.reduce_op;
   if (op == ReduceOp::AVERAGE) {
-    postscale /= backend_->size();
+    postscale /= set.backend->size();
     op = ReduceOp::SUM;
   }
+  const bool record = timeline_.recording();
+  auto activity_start = [&](const std::string& activity) {
+    if (record) {
+      for (const auto& name : response.names) timeline_.ActivityStart(name, activity.c_str());
+    }
+  };
+  auto activity_end = [&] {
+    if (record) {
+      for (const auto& name : response.names) timeline_.ActivityEnd(name);
+    }
+  };
 
-  // A single tensor is reduced in its output buffer; several go through the fusion buffer.
-  void* buffer;
+  // A single tensor of this rank is reduced in its output buffer; several (or a joined rank's
+  // zeros) go through the fusion buffer.
   int64_t count = 0;
-  for (const auto& e : entries) count += e.input.num_elements();
-  if (entries.size() == 1) {
-    TensorTableEntry& e = entries[0];
+  for (int64_t n : response.tensor_sizes) count += n;
+  void* buffer;
+  const bool direct = entries.size() == 1 && entries[0] != nullptr;
+  if (direct) {
+    TensorTableEntry& e = *entries[0];
     if (e.output.data != e.input.data) std::memcpy(e.output.data, e.input.data, e.input.num_bytes());
     buffer = e.output.data;
   } else {
+    activity_start("MEMCPY_IN_FUSION_BUFFER");
     buffer = fusion_buffer_.Get(count * element_size);
     char* cursor = static_cast<char*>(buffer);
-    for (const auto& e : entries) {
-      std::memcpy(cursor, e.input.data, e.input.num_bytes());
-      cursor += e.input.num_bytes();
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const size_t bytes = static_cast<size_t>(response.tensor_sizes[i]) * element_size;
+      if (entries[i]) {
+        std::memcpy(cursor, entries[i]->input.data, bytes);
+      } else {
+        std::memset(cursor, 0, bytes);
+      }
+      cursor += bytes;
     }
+    activity_end();
   }
   if (response.prescale_factor != 1.0) Scale(buffer, count, dtype, response.prescale_factor);
-  backend_->Allreduce(buffer, count, dtype, op);
+  activity_start(Activity("ALLREDUCE"));
+  set.backend->Allreduce(buffer, count, dtype, op);
+  activity_end();
   if (postscale != 1.0) Scale(buffer, count, dtype, postscale);
-  if (entries.size() > 1) {
+  if (!direct) {
+    activity_start("MEMCPY_OUT_FUSION_BUFFER");
     const char* cursor = static_cast<const char*>(buffer);
-    for (const auto& e : entries) {
-      std::memcpy(e.output.data, cursor, e.output.num_bytes());
-      cursor += e.output.num_bytes();
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const size_t bytes = static_cast<size_t>(response.tensor_sizes[i]) * element_size;
+      if (entries[i]) std::memcpy(entries[i]->output.data, cursor, bytes);
+      cursor += bytes;
     }
+    activity_end();
   }
 }
 
-void Engine::PerformAllgather(const Response& response, std::vector<TensorTableEntry>& entries,
-                              std::vector<std::shared_ptr<OutputBuffer>>& outputs) {
-  const int size = backend_->size();
+void Engine::PerformAllgather(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
+                              std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs) {
+  const int size = set.backend->size();
+  const bool record = timeline_.recording();
   for (size_t t = 0; t < entries.size(); ++t) {
-    TensorTableEntry& e = entries[t];
+    TensorTableEntry& e = *entries[t];
     std::vector<int64_t> row_shape(e.input.shape.begin() + 1, e.input.shape.end());
     const int64_t row_bytes = NumElements(row_shape) * static_cast<int64_t>(DataTypeSize(e.input.dtype));
     std::vector<int64_t> bytes_per_rank(size);
@@ -223,18 +595,139 @@ void Engine::PerformAllgather(const Response& response, std::vector<TensorTableE
     }
     std::vector<int64_t> out_shape = e.input.shape;
     out_shape[0] = rows;
-    outputs[t] = std::make_shared<OutputBuffer>(e.input.dtype, out_shape);
-    backend_->Allgatherv(e.input.data, outputs[t]->data(), bytes_per_rank);
+    auto output = std::make_shared<OutputBuffer>(e.input.dtype, out_shape);
+    if (record) timeline_.ActivityStart(e.name, Activity("ALLGATHER").c_str());
+    set.backend->Allgatherv(e.input.data, output->data(), bytes_per_rank);
+    if (record) timeline_.ActivityEnd(e.name);
+    outputs[t].push_back(std::move(output));
   }
 }
 
-void Engine::PerformBroadcast(const Response& response, std::vector<TensorTableEntry>& entries) {
-  for (auto& e : entries) {
-    if (e.output.data != e.input.data && backend_->rank() == response.root_rank) {
-      std::memcpy(e.output.data, e.input.data, e.input.num_bytes());
+void Engine::PerformBroadcast(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries) {
+  // root_rank is global; the communicator counts in set ranks.
+  auto root_it = std::lower_bound(set.ranks.begin(), set.ranks.end(), response.root_rank);
+  const int root = static_cast<int>(root_it - set.ranks.begin());
+  const bool record = timeline_.recording();
+  for (auto* e : entries) {
+    if (e->output.data != e->input.data && set.set_rank == root) {
+      std::memcpy(e->output.data, e->input.data, e->input.num_bytes());
     }
-    backend_->Broadcast(e.output.data, static_cast<int64_t>(e.output.num_bytes()), response.root_rank);
+    if (record) timeline_.ActivityStart(e->name, Activity("BCAST").c_str());
+    set.backend->Broadcast(e->output.data, static_cast<int64_t>(e->output.num_bytes()), root);
+    if (record) timeline_.ActivityEnd(e->name);
   }
+}
+
+void Engine::PerformAlltoall(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
+                             std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs) {
+  const int size = set.backend->size();
+  const int me = set.set_rank;
+  TensorTableEntry& e = *entries[0];
+  std::vector<int64_t> row_shape(e.input.shape.begin() + 1, e.input.shape.end());
+  const int64_t row_bytes = NumElements(row_shape) * static_cast<int64_t>(DataTypeSize(e.input.dtype));
+  std::vector<int64_t> send_bytes(size), recv_bytes(size);
+  int64_t rows = 0;
+  auto received = std::make_shared<OutputBuffer>(DataType::INT32, std::vector<int64_t>{size});
+  auto* received_rows = static_cast<int32_t*>(received->data());
+  for (int r = 0; r < size; ++r) {
+    send_bytes[r] = response.tensor_sizes[me * size + r] * row_bytes;
+    int64_t from = response.tensor_sizes[r * size + me];
+    recv_bytes[r] = from * row_bytes;
+    received_rows[r] = static_cast<int32_t>(from);
+    rows += from;
+  }
+  std::vector<int64_t> out_shape = e.input.shape;
+  out_shape[0] = rows;
+  auto output = std::make_shared<OutputBuffer>(e.input.dtype, out_shape);
+  const bool record = timeline_.recording();
+  if (record) timeline_.ActivityStart(e.name, Activity("ALLTOALL").c_str());
+  set.backend->Alltoallv(e.input.data, send_bytes, output->data(), recv_bytes);
+  if (record) timeline_.ActivityEnd(e.name);
+  outputs[0].push_back(std::move(output));
+  outputs[0].push_back(std::move(received));
+}
+
+void Engine::PerformReducescatter(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
+                                  std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs) {
+  const int size = set.backend->size();
+  const int me = set.set_rank;
+  double postscale = response.postscale_factor;
+  ReduceOp op = response.reduce_op;
+  if (op == ReduceOp::AVERAGE) {
+    postscale /= size;
+    op = ReduceOp::SUM;
+  }
+  const bool record = timeline_.recording();
+  for (size_t t = 0; t < entries.size(); ++t) {
+    TensorTableEntry& e = *entries[t];
+    const DataType dtype = e.input.dtype;
+    const size_t element_size = DataTypeSize(dtype);
+    const int64_t dim0 = e.input.shape[0];
+    std::vector<int64_t> row_shape(e.input.shape.begin() + 1, e.input.shape.end());
+    const int64_t row_elements = NumElements(row_shape);
+    std::vector<int64_t> counts(size);
+    int64_t offset = 0;
+    for (int r = 0; r < size; ++r) {
+      int64_t rows = dim0 / size + (r < dim0 % size ? 1 : 0);
+      counts[r] = rows * row_elements;
+      if (r < me) offset += counts[r];
+    }
+    const int64_t count = e.input.num_elements();
+    if (record) timeline_.ActivityStart(e.name, "MEMCPY_IN_FUSION_BUFFER");
+    void* buffer = fusion_buffer_.Get(static_cast<size_t>(count) * element_size);
+    std::memcpy(buffer, e.input.data, static_cast<size_t>(count) * element_size);
+    if (record) timeline_.ActivityEnd(e.name);
+    if (response.prescale_factor != 1.0) Scale(buffer, count, dtype, response.prescale_factor);
+    if (record) timeline_.ActivityStart(e.name, Activity("REDUCESCATTER").c_str());
+    set.backend->Reducescatter(buffer, count, counts, dtype, op);
+    if (record) timeline_.ActivityEnd(e.name);
+    char* mine = static_cast<char*>(buffer) + offset * element_size;
+    if (postscale != 1.0) Scale(mine, counts[me], dtype, postscale);
+    std::vector<int64_t> out_shape = e.input.shape;
+    out_shape[0] = counts[me] / std::max<int64_t>(row_elements, 1);
+    if (row_elements == 0) out_shape[0] = dim0 / size + (me < dim0 % size ? 1 : 0);
+    auto output = std::make_shared<OutputBuffer>(dtype, out_shape);
+    if (record) timeline_.ActivityStart(e.name, "MEMCPY_OUT_FUSION_BUFFER");
+    std::memcpy(output->data(), mine, static_cast<size_t>(counts[me]) * element_size);
+    if (record) timeline_.ActivityEnd(e.name);
+    outputs[t].push_back(std::move(output));
+  }
+}
+
+int64_t Engine::PerformAddProcessSet(const Response& response) {
+  std::vector<int> ranks(response.tensor_sizes.begin(), response.tensor_sizes.end());
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (const auto& [id, set] : sets_) {
+      if (set->ranks == ranks) return -1;
+    }
+  }
+  int32_t id;
+  if (!free_ids_.empty()) {
+    id = free_ids_.front();
+    free_ids_.pop_front();
+  } else {
+    id = next_id_++;
+  }
+  CreateProcessSet(id, ranks);
+  return id;
+}
+
+int64_t Engine::PerformRemoveProcessSet(const Response& response) {
+  const int32_t id = static_cast<int32_t>(response.tensor_sizes[0]);
+  std::shared_ptr<ProcessSet> set;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    auto it = sets_.find(id);
+    if (id == 0 || it == sets_.end()) return -1;
+    set = it->second;
+    sets_.erase(it);
+  }
+  Status removed = Status::PreconditionError("Process set " + std::to_string(id) +
+                                             " was removed while this operation was pending on it.");
+  for (TensorTableEntry& entry : set->queue.Close(removed)) entry.handle->Complete(entry.index, removed);
+  free_ids_.push_back(id);
+  return id;
 }
 
 }  // namespace horovod

@@ -1,22 +1,28 @@
-// The engine: one object per initialised Horovod, owning the backend, the tensor queue, the
-// controller, the fusion buffer and the background thread.
+// The engine: one object per initialised Horovod, owning the process sets (each with its backend,
+// tensor queue and controller), the fusion buffer, the timeline and the background thread.
 //
 // Threading contract.
-// - Caller threads (any Python thread): Start (rendezvous and backend creation run here),
-//   NewHandle, Enqueue, GetHandle/ReleaseHandle, Shutdown and the read-only getters. Enqueue only
-//   takes the queue's mutex and wakes the background thread; it never blocks on the network.
+// - Caller threads (any Python thread): Start (rendezvous, backend and static process set creation
+//   run here), NewHandle, Enqueue, GetHandle/ReleaseHandle, the process set queries, the timeline
+//   switches, Shutdown and the read-only getters. Enqueue only takes a queue's mutex and wakes the
+//   background thread; it never blocks on the network.
 // - The background thread runs cycles: it waits at most HOROVOD_CYCLE_TIME ms (less when work is
-//   enqueued), negotiates the requests queued since the last cycle, executes the agreed responses
-//   through the backend, and completes their handles. It is the only thread that touches the
-//   backend, the controller and the fusion buffer after Start returns.
-// - The cycle ends for good when any rank asked for shutdown (the flag travels with negotiation, so
-//   every rank stops in the same cycle) or when the backend fails (a peer was lost). Then the queue
-//   is closed: pending and later operations fail with an error saying why.
+//   enqueued), then negotiates and executes the global set's requests, then those of every other
+//   set this rank belongs to, in id order (the same order on every rank, so sets never deadlock).
+//   It is the only thread that touches backends, controllers and the fusion buffer after Start
+//   returns. Registering and removing a process set are negotiated on the global set and carried
+//   out by this thread, at the same point of every rank's operation sequence.
+// - The cycle ends for good when any rank asked for shutdown (the flag travels with negotiation of
+//   the global set, so every rank stops in the same cycle), when the stall inspector gives up, or
+//   when a backend fails (a peer was lost). Then every queue is closed: pending and later
+//   operations fail with an error saying why.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,23 +36,40 @@
 #include "fusion.h"
 #include "store.h"
 #include "tensor_queue.h"
+#include "timeline.h"
 
 namespace horovod {
 
+// A registered process set. Members have a backend (communicator) and a controller.
+struct ProcessSet {
+  int32_t id = 0;
+  std::vector<int> ranks;  // global ranks, sorted
+  int set_rank = -1;       // this process's rank in the set; -1 when not a member
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Controller> controller;
+  TensorQueue queue;
+};
+
 class Engine {
  public:
-  // Creates the backend named by the config (rendezvous through `store`, which is only used during
-  // this call) and starts the background thread. Throws EngineError or std::exception on failure.
-  static std::unique_ptr<Engine> Start(const Config& config, Store* store, const std::string& key_prefix);
+  // Creates the global communicator named by the config (rendezvous through `store`; null for a
+  // single process), the static process sets `process_sets` (ids 1, 2, ... in order; every rank
+  // must pass the same lists), and starts the background thread. Throws EngineError or
+  // std::exception on failure.
+  static std::unique_ptr<Engine> Start(const Config& config, std::unique_ptr<Store> store,
+                                       const std::string& key_prefix,
+                                       const std::vector<std::vector<int>>& process_sets);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Handles come from one counter per engine: 1, 2, 3, ...
   int64_t NewHandle() { return ++last_handle_; }
-  // Registers `handle` for `entries` and queues their requests. Throws EngineError: INVALID_ARGUMENT
-  // for caller mistakes, or the shutdown/failure status once the engine has stopped.
-  void Enqueue(int64_t handle, std::vector<Request> requests, std::vector<TensorTableEntry> entries);
+  // Registers `handle` for `entries` and queues their requests on process set `process_set_id`.
+  // Throws EngineError: INVALID_ARGUMENT for caller mistakes (unknown set, not a member, root or
+  // splits not matching the set), or the shutdown/failure status once the engine has stopped.
+  void Enqueue(int32_t process_set_id, int64_t handle, std::vector<Request> requests,
+               std::vector<TensorTableEntry> entries);
   // Returns the state of a handle, or nullptr when the handle is unknown.
   std::shared_ptr<HandleState> GetHandle(int64_t handle);
   void ReleaseHandle(int64_t handle);
@@ -55,26 +78,62 @@ class Engine {
   // whatever is still pending. Safe to call more than once.
   void Shutdown();
 
+  // Process sets. Throw EngineError(INVALID_ARGUMENT) for an unknown set, or (rank) a non-member.
+  std::map<int32_t, std::vector<int>> ProcessSetRanks();
+  int ProcessSetRank(int32_t id);
+  int ProcessSetSize(int32_t id);
+
+  // Timeline (written on global rank 0 only). Throw EngineError(INVALID_ARGUMENT) when the
+  // timeline was not enabled at init (HOROVOD_TIMELINE unset).
+  void StartTimeline(const std::string& path, bool mark_cycles);
+  void StopTimeline();
+
+  // Negotiation counters of the global set.
+  NegotiationStats GlobalStats();
+
   const Config& config() const { return config_; }
   bool is_homogeneous() const { return homogeneous_; }
-  const char* backend_name() const { return backend_->name(); }
+  const char* backend_name() const { return backend_name_; }
 
  private:
-  Engine(const Config& config, std::unique_ptr<Backend> backend);
+  explicit Engine(const Config& config);
+  std::shared_ptr<ProcessSet> FindSet(int32_t id);
+  // Collective over the global set: creates set `id` of `ranks`.
+  void CreateProcessSet(int32_t id, const std::vector<int>& ranks);
   void BackgroundLoop();
   bool RunCycle();
-  void Perform(const Response& response);
-  void PerformAllreduce(const Response& response, std::vector<TensorTableEntry>& entries);
-  void PerformAllgather(const Response& response, std::vector<TensorTableEntry>& entries,
-                        std::vector<std::shared_ptr<OutputBuffer>>& outputs);
-  void PerformBroadcast(const Response& response, std::vector<TensorTableEntry>& entries);
+  void RequestShutdown(const std::string& reason);
+  void Perform(ProcessSet& set, const Response& response);
+  void PerformAllreduce(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries);
+  void PerformAllgather(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
+                        std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs);
+  void PerformBroadcast(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries);
+  void PerformAlltoall(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
+                       std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs);
+  void PerformReducescatter(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
+                            std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs);
+  int64_t PerformAddProcessSet(const Response& response);
+  int64_t PerformRemoveProcessSet(const Response& response);
+  // Which ranks' processes are gone (same-host ranks are checked by pid), for the error message.
+  std::string DescribeLostRanks();
+  std::string Activity(const char* op) const;
 
   Config config_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Controller> controller_;
-  TensorQueue queue_;
-  FusionBuffer fusion_buffer_;
+  std::unique_ptr<Store> store_;
+  std::string key_prefix_;
+  const char* backend_name_ = "";
   bool homogeneous_ = true;
+  FusionBuffer fusion_buffer_;
+  Timeline timeline_;
+  bool timeline_enabled_ = false;
+  // Host name and pid of every global rank.
+  std::vector<std::pair<std::string, int64_t>> peers_;
+
+  std::mutex sets_mu_;  // guards the map (members are used by the background thread only)
+  std::map<int32_t, std::shared_ptr<ProcessSet>> sets_;
+  std::deque<int32_t> free_ids_;  // removed ids, reused oldest-freed first
+  int32_t next_id_ = 1;
+  int64_t sets_created_ = 0;  // names each set's rendezvous keys
 
   std::atomic<int64_t> last_handle_{0};
   std::mutex handles_mu_;
@@ -84,6 +143,11 @@ class Engine {
   std::condition_variable wake_cv_;
   bool wake_ = false;
   std::atomic<bool> shutdown_requested_{false};
+  std::mutex reason_mu_;
+  std::string shutdown_reason_;  // why this rank asks to shut down ("" = hvd.shutdown())
+  std::string exit_reason_;      // the verdict every pending operation fails with
+  NegotiationStats global_stats_;
+  std::mutex stats_mu_;
   std::thread thread_;
 };
 

@@ -80,6 +80,13 @@ const char* ResponseTypeName(ResponseType type) {
   return RequestTypeName(static_cast<RequestType>(type));
 }
 
+bool SameOperation(const Request& a, const Request& b) {
+  return a.type == b.type && a.dtype == b.dtype && a.name == b.name && a.shape == b.shape &&
+         a.root_rank == b.root_rank && a.reduce_op == b.reduce_op && a.prescale_factor == b.prescale_factor &&
+         a.postscale_factor == b.postscale_factor && a.device == b.device && a.group_id == b.group_id &&
+         a.splits == b.splits;
+}
+
 std::vector<char> Serialize(const RequestList& list) {
   Writer w;
   w.Put<uint8_t>(list.shutdown);
@@ -95,7 +102,9 @@ std::vector<char> Serialize(const RequestList& list) {
     w.Put(r.postscale_factor);
     w.Put(r.device);
     w.Put(r.group_id);
+    w.Put(r.splits);
   }
+  w.Put(list.shutdown_reason);
   return w.Take();
 }
 
@@ -116,7 +125,9 @@ RequestList DeserializeRequestList(const std::vector<char>& bytes) {
     q.postscale_factor = r.Get<double>();
     q.device = r.Get<int32_t>();
     q.group_id = r.Get<int64_t>();
+    q.splits = r.GetVector<int64_t>();
   }
+  list.shutdown_reason = r.GetString();
   return list;
 }
 
@@ -138,6 +149,8 @@ std::vector<char> Serialize(const ResponseList& list) {
     w.Put(r.group_id);
     w.Put(r.tensor_sizes);
   }
+  w.Put(list.shutdown_reason);
+  w.Put<uint8_t>(list.any_joined);
   return w.Take();
 }
 
@@ -160,6 +173,8 @@ ResponseList DeserializeResponseList(const std::vector<char>& bytes) {
     p.group_id = r.Get<int64_t>();
     p.tensor_sizes = r.GetVector<int64_t>();
   }
+  list.shutdown_reason = r.GetString();
+  list.any_joined = r.Get<uint8_t>() != 0;
   return list;
 }
 

@@ -24,16 +24,23 @@ struct Request {
   // Requests submitted together (grouped ops) share a group id (0: not grouped); with
   // HOROVOD_DISABLE_GROUP_FUSION only members of one group are fused together.
   int64_t group_id = 0;
+  // ALLTOALL: rows sent to each member of the set (empty: equal split).
+  std::vector<int64_t> splits;
 };
+
+// Whether `a` and `b` describe the same operation on this rank (everything but the rank).
+bool SameOperation(const Request& a, const Request& b);
 
 struct RequestList {
   std::vector<Request> requests;
   bool shutdown = false;
+  std::string shutdown_reason;  // why this rank asks to shut down ("" = hvd.shutdown())
 };
 
 enum class ResponseType : int32_t {
   ALLREDUCE = 0, ALLGATHER = 1, BROADCAST = 2, JOIN = 3, ADASUM = 4,
   ALLTOALL = 5, BARRIER = 6, REDUCESCATTER = 7, ERROR = 8,
+  ADD_PROCESS_SET = 100, REMOVE_PROCESS_SET = 101,
 };
 
 const char* ResponseTypeName(ResponseType type);
@@ -50,14 +57,20 @@ struct Response {
   int32_t root_rank = -1;
   int32_t device = kCpuDevice;
   int64_t group_id = 0;
-  // ALLREDUCE: number of elements of each tensor. ALLGATHER: for each tensor, the first
-  // dimension contributed by every rank (names.size() * size entries, tensor-major).
+  // ALLREDUCE, REDUCESCATTER: number of elements of each tensor. ALLGATHER: for each tensor, the
+  // first dimension contributed by every member (names.size() * size entries, tensor-major).
+  // ALLTOALL: the size x size matrix of rows sent, [sender * size + receiver]. JOIN: the global
+  // rank that joined last. ADD_PROCESS_SET: the global ranks. REMOVE_PROCESS_SET: the set id.
   std::vector<int64_t> tensor_sizes;
 };
 
 struct ResponseList {
   std::vector<Response> responses;
   bool shutdown = false;
+  std::string shutdown_reason;
+  // Whether some rank of the set has joined and not every rank has yet (known to every rank
+  // after each negotiation round; joins change only in rounds).
+  bool any_joined = false;
 };
 
 std::vector<char> Serialize(const RequestList& list);

@@ -19,14 +19,33 @@ OutputBuffer::OutputBuffer(DataType dtype, std::vector<int64_t> shape) : dtype_(
 
 OutputBuffer::~OutputBuffer() { std::free(data_); }
 
-void HandleState::Complete(size_t index, const Status& status, std::shared_ptr<OutputBuffer> output) {
+void HandleState::Complete(size_t index, const Status& status, std::vector<std::shared_ptr<OutputBuffer>> outputs) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!status.ok() && status_.ok()) status_ = status;
-    outputs_[index] = std::move(output);
+    outputs_[index] = std::move(outputs);
     --remaining_;
   }
   cv_.notify_all();
+}
+
+void HandleState::CompleteWithValue(size_t index, int64_t value) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    has_value_ = true;
+    value_ = value;
+  }
+  Complete(index, Status::OK());
+}
+
+bool HandleState::has_value() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return has_value_;
+}
+
+int64_t HandleState::value() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return value_;
 }
 
 bool HandleState::done() {
@@ -44,7 +63,7 @@ Status HandleState::status() {
   return status_;
 }
 
-std::vector<std::shared_ptr<OutputBuffer>> HandleState::outputs() {
+std::vector<std::vector<std::shared_ptr<OutputBuffer>>> HandleState::outputs() {
   std::lock_guard<std::mutex> lock(mu_);
   return outputs_;
 }
@@ -76,13 +95,18 @@ std::vector<Request> TensorQueue::PopRequests() {
   return out;
 }
 
-TensorTableEntry TensorQueue::Take(const std::string& name) {
+bool TensorQueue::TryTake(const std::string& name, TensorTableEntry* entry) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = table_.find(name);
-  if (it == table_.end()) throw std::logic_error("negotiated tensor '" + name + "' is not in this rank's table");
-  TensorTableEntry entry = std::move(it->second);
+  if (it == table_.end()) return false;
+  *entry = std::move(it->second);
   table_.erase(it);
-  return entry;
+  return true;
+}
+
+bool TensorQueue::Empty() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_.empty();
 }
 
 std::vector<TensorTableEntry> TensorQueue::Close(const Status& status) {

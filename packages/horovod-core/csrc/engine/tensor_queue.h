@@ -49,19 +49,27 @@ class OutputBuffer {
 class HandleState {
  public:
   explicit HandleState(size_t num_tensors) : remaining_(num_tensors), outputs_(num_tensors) {}
-  void Complete(size_t index, const Status& status, std::shared_ptr<OutputBuffer> output = nullptr);
+  // Completes tensor `index` of the handle with its engine-allocated outputs (none where the caller
+  // gave the output; alltoall: the output and the received splits).
+  void Complete(size_t index, const Status& status, std::vector<std::shared_ptr<OutputBuffer>> outputs = {});
+  // Completes an operation whose result is one integer (join, process set registration).
+  void CompleteWithValue(size_t index, int64_t value);
   bool done();
   // Waits up to `timeout`; returns whether the handle is done.
   bool WaitFor(std::chrono::milliseconds timeout);
   Status status();
-  std::vector<std::shared_ptr<OutputBuffer>> outputs();
+  std::vector<std::vector<std::shared_ptr<OutputBuffer>>> outputs();
+  bool has_value();
+  int64_t value();
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   size_t remaining_;
   Status status_;
-  std::vector<std::shared_ptr<OutputBuffer>> outputs_;
+  std::vector<std::vector<std::shared_ptr<OutputBuffer>>> outputs_;
+  bool has_value_ = false;
+  int64_t value_ = 0;
 };
 
 struct TensorTableEntry {
@@ -79,8 +87,9 @@ class TensorQueue {
   // on this rank, or the close status when the queue was closed by shutdown or a failure.
   void Add(std::vector<Request> requests, std::vector<TensorTableEntry> entries);
   std::vector<Request> PopRequests();
-  // Removes and returns the entry for `name`; throws std::logic_error if it is unknown.
-  TensorTableEntry Take(const std::string& name);
+  bool Empty();
+  // Removes the entry for `name` into `*entry`; false when this rank has none (a joined rank).
+  bool TryTake(const std::string& name, TensorTableEntry* entry);
   // Refuses further Adds with `status` and returns everything still queued.
   std::vector<TensorTableEntry> Close(const Status& status);
 

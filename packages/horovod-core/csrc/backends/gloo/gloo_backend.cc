@@ -2,6 +2,7 @@
 // algorithms; the control plane from Gloo's gather/broadcast and point-to-point buffers.
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/gather.h>
@@ -59,23 +60,29 @@ void SetReduce(gloo::AllreduceOptions& opts, T* buffer, int64_t count, DataType 
 
 class GlooBackend : public Backend {
  public:
-  explicit GlooBackend(const BackendOptions& options) : Backend(options), timeout_(options.timeout) {
-    gloo::transport::tcp::attr attr;
-    if (!options.iface.empty()) {
-      attr.iface = options.iface;
-    } else {
-      attr.hostname = options.hostname;
+  explicit GlooBackend(const BackendOptions& options) : GlooBackend(options, nullptr) {}
+
+  // `device` is shared by the communicators of one engine (the process sets); null: create one.
+  GlooBackend(const BackendOptions& options, std::shared_ptr<gloo::transport::Device> device)
+      : Backend(options), timeout_(options.timeout), device_(std::move(device)) {
+    if (!device_) {
+      gloo::transport::tcp::attr attr;
+      if (!options.iface.empty()) {
+        attr.iface = options.iface;
+      } else {
+        attr.hostname = options.hostname;
+      }
+      device_ = gloo::transport::tcp::CreateDevice(attr);
     }
-    auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     context->setTimeout(timeout_);
     if (size_ > 1) {
       StoreAdapter store(*options.store, options.key_prefix);
-      context->connectFullMesh(store, device);
+      context->connectFullMesh(store, device_);
     } else {
       horovod::MemoryStore memory;
       StoreAdapter store(memory, options.key_prefix);
-      context->connectFullMesh(store, device);
+      context->connectFullMesh(store, device_);
     }
     context_ = std::move(context);
   }
@@ -174,6 +181,33 @@ class GlooBackend : public Backend {
     gloo::broadcast(opts);
   }
 
+  void Alltoallv(const void* input, const std::vector<int64_t>& send_bytes, void* output,
+                 const std::vector<int64_t>& recv_bytes) override {
+    int64_t total_send = 0, total_recv = 0;
+    for (int64_t b : send_bytes) total_send += b;
+    for (int64_t b : recv_bytes) total_recv += b;
+    if (size_ == 1) {
+      if (total_send > 0) std::memcpy(output, input, send_bytes[0]);
+      return;
+    }
+    // Gloo wants real buffers even where nothing moves.
+    char dummy_in = 0, dummy_out = 0;
+    gloo::AlltoallvOptions opts(context_);
+    opts.setTimeout(timeout_);
+    opts.setInput(total_send ? static_cast<char*>(const_cast<void*>(input)) : &dummy_in, send_bytes);
+    opts.setOutput(total_recv ? static_cast<char*>(output) : &dummy_out, recv_bytes);
+    gloo::alltoallv(opts);
+  }
+
+  std::unique_ptr<Backend> Split(const std::vector<int>& ranks, const BackendOptions& options) override {
+    auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it == ranks.end()) return nullptr;
+    BackendOptions child = options;
+    child.rank = static_cast<int>(it - ranks.begin());
+    child.size = static_cast<int>(ranks.size());
+    return std::make_unique<GlooBackend>(child, device_);
+  }
+
   void Barrier() override {
     if (size_ == 1) return;
     gloo::BarrierOptions opts(context_);
@@ -198,6 +232,7 @@ class GlooBackend : public Backend {
   }
 
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
 };
 

@@ -1,6 +1,7 @@
 """Initialisation, topology queries and build queries shared by every framework package."""
 
 import atexit
+import os
 import threading
 
 from horovod.common import _core
@@ -55,58 +56,88 @@ class HorovodBasics:
 
     def init(self, comm=None, process_sets=None):
         """Starts Horovod in this process: reads the HOROVOD_* environment, rendezvouses with the
-        other ranks through the launcher's store, and starts the background engine. Calling it
-        again while initialised does nothing.
+        other ranks through the launcher's store, registers the requested process sets, and starts
+        the background engine. Calling it again while initialised starts nothing, but still gives
+        the ``ProcessSet`` objects of ``process_sets`` the ids of the registered sets.
 
         Args:
             comm: None or [] for every process of the job. Lists of ranks and mpi4py
                 communicators need the MPI controller, which this build does not have.
-            process_sets: None. Static and dynamic process sets come in a later release.
+            process_sets: None, a list of ``ProcessSet`` objects (registered as ids 1, 2, ...
+                in list order; every rank must give the same list), or ``"dynamic"`` to allow
+                ``add_process_set`` / ``remove_process_set`` (sets
+                ``HOROVOD_DYNAMIC_PROCESS_SETS=1``).
 
         Raises:
             ValueError: a HOROVOD_* variable is invalid, ``comm`` or ``process_sets`` asks for
-                something this build cannot do, or initialisation failed (the message says why,
-                for example a rendezvous timeout).
+                something this build cannot do, initialisation failed (the message says why,
+                for example a rendezvous timeout), or an entry of ``process_sets`` duplicates an
+                earlier one or the global set (Horovod then stays initialised with the others,
+                and the duplicate's ``process_set_id`` is None).
         """
+        from horovod.common import process_sets as _process_sets
         if comm not in (None, []):
             raise ValueError(
                 "hvd.init(comm=...) needs the MPI controller (a list of ranks or an mpi4py "
                 "communicator), and this build of Horovod was not built with MPI; call hvd.init() "
                 "without comm.")
-        if process_sets not in (None, []):
-            raise ValueError(
-                "hvd.init(process_sets=...) is not supported by this release of Horovod: only the "
-                "global process set exists yet.")
+        if isinstance(process_sets, str):
+            if process_sets.lower() != "dynamic":
+                raise ValueError(f"process_sets must be a list of ProcessSet objects or 'dynamic', "
+                                 f"got {process_sets!r}")
+            os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
+            process_sets = None
+        process_sets = list(process_sets or [])
+        for ps in process_sets:
+            if not isinstance(ps, _process_sets.ProcessSet):
+                raise ValueError(f"process_sets must contain ProcessSet objects, got {ps!r}")
+            if ps.mpi_comm is not None:
+                raise ValueError("A ProcessSet built from an mpi4py communicator needs the MPI "
+                                 "controller, which this build of Horovod does not have.")
+        _process_sets._setup(self)
         with HorovodBasics._lock:
-            if _core.is_initialized():
-                return
-            env = _core.read_environment()
-            config = _core.parse_config(env)
-            store = None
-            if config["size"] > 1:
-                if not config["rendezvous_addr"]:
-                    raise ValueError(
-                        f"HOROVOD_SIZE={config['size']} but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: "
-                        "start multi-process jobs with horovodrun, which provides the rendezvous "
-                        "service.")
-                from horovod.common.rendezvous import RendezvousClient
-                client = RendezvousClient(config["rendezvous_addr"], config["rendezvous_port"],
-                                          timeout_s=config["gloo_timeout_seconds"])
-                store = _RendezvousStore(client, "global")
-            HorovodBasics._init_count += 1
-            # Every rank inits the same number of times, so the prefix keeps the keys of
-            # successive inits against one rendezvous service apart.
-            prefix = f"init{HorovodBasics._init_count}."
-            try:
-                _core.init(env, store, prefix)
-            except Exception as e:
-                raise ValueError(f"Horovod initialization failed: {e}. See the log output above "
-                                 "for details.") from e
-            if not HorovodBasics._atexit_registered:
-                atexit.register(_core.shutdown)
-                HorovodBasics._atexit_registered = True
-        from horovod.common import process_sets as _process_sets
-        _process_sets._init_process_sets(self)
+            if not _core.is_initialized():
+                self._start(process_sets)
+        duplicates = _process_sets._init_process_sets(process_sets)
+        if duplicates:
+            index = duplicates[0]
+            raise ValueError(
+                f"process_sets[{index}] (ranks {process_sets[index].ranks}) duplicates an earlier "
+                "entry or the global process set; it was not registered (Horovod is initialised "
+                "with the other sets).")
+
+    def _start(self, process_sets):
+        env = _core.read_environment()
+        config = _core.parse_config(env)
+        store = None
+        if config["size"] > 1:
+            if not config["rendezvous_addr"]:
+                raise ValueError(
+                    f"HOROVOD_SIZE={config['size']} but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: "
+                    "start multi-process jobs with horovodrun, which provides the rendezvous "
+                    "service.")
+            from horovod.common.rendezvous import RendezvousClient
+            client = RendezvousClient(config["rendezvous_addr"], config["rendezvous_port"],
+                                      timeout_s=config["gloo_timeout_seconds"])
+            store = _RendezvousStore(client, "global")
+        # Unique rank lists in order; the global set's list is not registered again.
+        static_sets = []
+        everyone = list(range(config["size"]))
+        for ps in process_sets:
+            if ps.ranks != everyone and ps.ranks not in static_sets:
+                static_sets.append(list(ps.ranks))
+        HorovodBasics._init_count += 1
+        # Every rank inits the same number of times, so the prefix keeps the keys of
+        # successive inits against one rendezvous service apart.
+        prefix = f"init{HorovodBasics._init_count}."
+        try:
+            _core.init(env, store, prefix, static_sets)
+        except Exception as e:
+            raise ValueError(f"Horovod initialization failed: {e}. See the log output above "
+                             "for details.") from e
+        if not HorovodBasics._atexit_registered:
+            atexit.register(_core.shutdown)
+            HorovodBasics._atexit_registered = True
 
     def shutdown(self):
         """Stops Horovod on every rank: pending operations everywhere fail with
@@ -186,11 +217,58 @@ class HorovodBasics:
         return False
 
     def start_timeline(self, file_path, mark_cycles=False):
-        """Raises ValueError: the timeline comes in a later release."""
+        """Starts writing the timeline (Chrome trace JSON, see docs/timeline.md) to ``file_path``
+        on global rank 0, closing any file being written; other ranks accept the call and do
+        nothing. Needs ``HOROVOD_TIMELINE`` set at init (a path, or ``DYNAMIC``).
+
+        Args:
+            file_path (str): the file to write.
+            mark_cycles (bool): also write a ``CYCLE_START`` marker at each engine cycle.
+
+        Raises:
+            ValueError: Horovod is not initialised, or the timeline was not enabled at init.
+        """
         _require_initialized()
-        raise ValueError("The timeline is not available in this release of Horovod.")
+        _core.start_timeline(str(file_path), bool(mark_cycles))
 
     def stop_timeline(self):
-        """Raises ValueError: the timeline comes in a later release."""
+        """Stops the timeline and closes its file before returning (the file is complete JSON).
+        A no-op when nothing is being recorded.
+
+        Raises:
+            ValueError: Horovod is not initialised.
+        """
         _require_initialized()
-        raise ValueError("The timeline is not available in this release of Horovod.")
+        _core.stop_timeline()
+
+    # Process-set internals used by horovod.common.process_sets and upstream's tests.
+
+    def _get_process_set_ids_and_ranks(self):
+        """{process set id: sorted list of global ranks} of every registered set."""
+        _require_initialized()
+        return dict(_core.process_set_ids_and_ranks())
+
+    def _process_set_rank(self, process_set_id):
+        """This process's rank within the set; ValueError if the set is unknown or this process
+        is not a member."""
+        return _core.process_set_rank(process_set_id)
+
+    def _process_set_size(self, process_set_id):
+        """Number of ranks of the set; ValueError if the set is unknown."""
+        return _core.process_set_size(process_set_id)
+
+    def _add_process_set_impl(self, ranks):
+        """Registers a set on every rank (collective); returns its id, or None when a set with
+        these ranks already exists. ValueError without HOROVOD_DYNAMIC_PROCESS_SETS=1."""
+        _require_initialized()
+        return _core.add_process_set(list(ranks))
+
+    def _remove_process_set_impl(self, process_set_id):
+        """Removes a set on every rank (collective); returns its id, or None if it was unknown."""
+        _require_initialized()
+        return _core.remove_process_set(process_set_id)
+
+    def _comm_process_set_id(self, comm):
+        """The process set id of an mpi4py communicator: needs MPI, which this build lacks."""
+        raise ValueError("Process sets from mpi4py communicators need the MPI controller, which "
+                         "this build of Horovod does not have.")
