@@ -253,12 +253,6 @@ ResponseList Controller::Coordinate(std::vector<RequestList>& lists) {
     joined_ranks_.clear();
   }
   out.any_joined = !joined_ranks_.empty();
-
-  std::string stall = stall_inspector_.Check(pending_, joined_ranks_);
-  if (!stall.empty() && !out.shutdown) {
-    out.shutdown = true;
-    out.shutdown_reason = stall;
-  }
   return out;
 }
 
@@ -295,6 +289,17 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
   }
   const bool use_cache = cache_.capacity() > 0;
   const auto eviction_time = stall_inspector_.eviction_time();
+
+  // The coordinator inspects stalls every cycle (the cache fast path skips Coordinate); giving up
+  // is a shutdown request of its own, carried by the next rounds.
+  if (backend_.rank() == 0 && !pending_.empty() && stall_reason_.empty()) {
+    stall_reason_ = stall_inspector_.Check(pending_, joined_ranks_);
+  }
+  std::string reason = shutdown_reason;
+  if (!stall_reason_.empty()) {
+    shutdown = true;
+    reason = stall_reason_;
+  }
 
   // 1. Classify this rank's requests: held cache hits first (they were submitted earlier).
   std::vector<Held> candidates;
@@ -386,7 +391,7 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
   if (need_round) {
     RequestList mine;
     mine.shutdown = shutdown;
-    mine.shutdown_reason = shutdown_reason;
+    mine.shutdown_reason = reason;
     for (const Request& r : uncached) {
       if (ResponseCache::Cacheable(r.type)) sent_[r.name] = r;
     }

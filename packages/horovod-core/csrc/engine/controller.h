@@ -85,6 +85,7 @@ class Controller {
   std::vector<std::string> arrival_order_;
   std::set<int> joined_ranks_;
   int last_joined_ = -1;
+  std::string stall_reason_;  // set when the stall inspector gave up
 };
 
 }  // namespace horovod
