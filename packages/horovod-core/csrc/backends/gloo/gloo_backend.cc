@@ -1,5 +1,6 @@
 // The Gloo backend: TCP full mesh built through the rendezvous store; data collectives from Gloo's
 // algorithms; the control plane from Gloo's gather/broadcast and point-to-point buffers.
+#include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
@@ -126,6 +127,21 @@ class GlooBackend : public Backend {
       if (!buffer->waitRecv(timeout_)) throw std::runtime_error("timed out receiving control message");
     }
     return result;
+  }
+
+  // One allgather of the fixed-size vectors, then the AND locally: a single Gloo collective,
+  // where the default (gather to rank 0, broadcast) takes four.
+  void AllreduceBitsAnd(std::vector<uint64_t>& words) override {
+    if (size_ == 1 || words.empty()) return;
+    std::vector<uint64_t> all(words.size() * size_);
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(words.data(), words.size());
+    opts.setOutput(all.data(), all.size());
+    opts.setTimeout(timeout_);
+    gloo::allgather(opts);
+    for (int r = 0; r < size_; ++r) {
+      for (size_t i = 0; i < words.size(); ++i) words[i] &= all[r * words.size() + i];
+    }
   }
 
   void Broadcast(std::vector<char>& data, int root) override {
