@@ -13,14 +13,15 @@ def run_all(workers):
     return {name: worker() for name, worker in workers.items()}
 
 
-def job_fixture(workers, sizes=(1, 2, 3)):
+def job_fixture(workers, sizes=(1, 2, 3), env=None):
     """A module-scoped fixture over ``sizes``; its value ``job(name)`` returns
-    ``(np, [rank 0's result of workers[name], rank 1's, ...])``."""
+    ``(np, [rank 0's result of workers[name], rank 1's, ...])``. ``env``: extra environment
+    variables for every rank."""
 
     @pytest.fixture(scope='module', params=list(sizes), ids=lambda n: f'np{n}')
     def job(request):
         np_ = request.param
-        results = run_ranks(np_, run_all, workers)
+        results = run_ranks(np_, run_all, workers, env=env)
         return lambda name: (np_, [per_rank[name] for per_rank in results])
 
     return job

@@ -17,7 +17,9 @@ allgather allgather_async broadcast broadcast_async broadcast_ broadcast_async_
 poll synchronize init shutdown is_initialized start_timeline stop_timeline
 size local_size cross_size rank local_rank cross_rank
 mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built ddl_built ccl_built
-cuda_built rocm_built ProcessSet global_process_set
+cuda_built rocm_built ProcessSet global_process_set add_process_set remove_process_set
+alltoall alltoall_async reducescatter reducescatter_async grouped_reducescatter
+grouped_reducescatter_async grouped_allgather grouped_allgather_async join barrier
 Average Sum Adasum Min Max Product HorovodInternalError DistributedOptimizer mpi_ops
 """.split()
 

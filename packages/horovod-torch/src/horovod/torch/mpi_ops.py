@@ -13,7 +13,12 @@ module keeps a reference to it in ``_handle_map`` until then.
 from horovod.common import ops as _ops
 from horovod.common.basics import HorovodBasics as _HorovodBasics
 from horovod.common.exceptions import HorovodInternalError  # noqa: F401 (re-exported)
-from horovod.common.process_sets import ProcessSet, global_process_set
+from horovod.common.process_sets import (  # noqa: F401 (re-exported)
+    ProcessSet,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
 from horovod.common.util import (
     get_average_backwards_compatibility_fun as _get_average_backwards_compatibility_fun,
 )
@@ -53,8 +58,9 @@ Product = _basics.Product
 
 # handle -> (inputs, outputs). ``inputs`` is the tuple of tensors given by the caller (kept alive
 # while the engine reads them). ``outputs`` mirrors what synchronize() returns: a single entry for
-# single-tensor ops, a list for grouped ops; each entry is the tensor the engine writes into, or
-# None where the engine allocates the output itself (allgather).
+# single-tensor ops, a list for grouped ops, a tuple ``(None, None)`` for alltoall (output and
+# received splits); each entry is the tensor the engine writes into, or None where the engine
+# allocates the output itself (allgather, alltoall, reducescatter).
 _handle_map = {}
 
 _REDUCE_DTYPES = (torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
@@ -362,6 +368,203 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Starts one allgather of a list of tensors; returns a handle at once.
+
+    The tensors are negotiated and executed together; each result equals the single-tensor
+    allgather of that tensor. The engine names tensor ``i`` of ``n``
+    ``grouped_allgather.<name>_<i+1>of<n>``.
+
+    Args:
+        tensors: non-empty list of tensors, each as for :func:`allgather_async`.
+        name, process_set: as for :func:`allgather_async`.
+
+    Returns:
+        int handle; :func:`synchronize` returns the list of gathered tensors in input order.
+
+    Raises:
+        ValueError, HorovodInternalError: as for :func:`allgather_async`, or ``tensors`` is not
+            a non-empty list.
+    """
+    _check_tensor_list(tensors, _MOVE_DTYPES, 'grouped_allgather')
+    set_id = _process_set_id(process_set)
+    handle = _ops.new_handle()
+    _ops.allgather_async(handle, [t.detach() for t in tensors],
+                         _group_names('grouped_allgather', name, handle, len(tensors)), set_id)
+    _handle_map[handle] = (tuple(tensors), [None] * len(tensors))
+    return handle
+
+
+def _splits_tensor(splits):
+    """The alltoall ``splits`` argument as the engine takes it: None, or a CPU int32 tensor."""
+    if splits is None:
+        return None
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype != torch.int32:
+            raise ValueError(f'alltoall splits must be an int32 tensor, got dtype {splits.dtype} '
+                             '(a list of ints is converted automatically).')
+        if splits.device.type != 'cpu':
+            raise ValueError(f'alltoall splits must be a CPU tensor, got one on {splits.device}.')
+        return splits.detach()
+    if isinstance(splits, (list, tuple)):
+        if not all(isinstance(s, int) and not isinstance(s, bool) for s in splits):
+            raise ValueError(f'alltoall splits must be ints, got {list(splits)!r}.')
+        return torch.tensor(splits, dtype=torch.int32)
+    raise ValueError('alltoall splits must be None, a list of ints or an int32 tensor, '
+                     f'got {type(splits).__name__}.')
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts an alltoall of ``tensor`` along dimension 0; returns a handle at once.
+
+    Set member ``k`` receives rows ``[sum(splits[:k]), sum(splits[:k+1]))`` of this rank's
+    ``tensor``; the output is the blocks received from every member, concatenated in set-rank
+    order: shape ``[sum of received rows] + tensor.shape[1:]``, dtype of ``tensor``. Rows past
+    ``sum(splits)`` are not sent. Every member must agree on dtype and on dimensions 1 and up.
+
+    Args:
+        tensor: a contiguous CPU tensor with at least one dimension, of dtype uint8, int8,
+            int16, int32, int64, float16, bfloat16, float32, float64 or bool.
+        splits: None (default) to send ``tensor.shape[0] / set size`` rows to every member, or
+            one row count per set member (in set-rank order): a list of ints, or a 1-D int32
+            CPU tensor.
+        name: a name unique among the operations in flight, the same on every rank; default: an
+            automatic name from the handle counter.
+        process_set: the ``ProcessSet`` to exchange within (default: all ranks).
+
+    Returns:
+        int handle; :func:`synchronize` returns ``(output, received_splits)``, where
+        ``received_splits`` is a 1-D int32 CPU tensor of the rows received from each member.
+
+    Raises:
+        ValueError: unsupported dtype or device, non-contiguous tensor, splits that are not
+            ints / an int32 tensor, of the wrong length or ndim, summing past dimension 0, no
+            splits with dimension 0 not divisible by the set size, a name already in flight, an
+            unregistered process set or this rank not in it.
+        HorovodInternalError: from :func:`synchronize` when ranks disagree (dtype, ndim, a
+            dimension other than 0), a rank has joined, or Horovod is not running.
+    """
+    _check_tensor(tensor, _MOVE_DTYPES, 'alltoall')
+    engine_splits = _splits_tensor(splits)
+    set_id = _process_set_id(process_set)
+    handle = _ops.new_handle()
+    _ops.alltoall_async(handle, tensor.detach(), engine_splits,
+                        _engine_name('alltoall', name, handle), set_id)
+    kept = (tensor,) if engine_splits is None else (tensor, engine_splits)
+    _handle_map[handle] = (kept, (None, None))
+    return handle
+
+
+def _submit_reducescatter(prefix, tensors, name, op, prescale_factor, postscale_factor,
+                          process_set, grouped):
+    # No op check here: the engine refuses ops other than Average and Sum at enqueue with
+    # HorovodInternalError (spec core.md §6.7).
+    set_id = _process_set_id(process_set)
+    handle = _ops.new_handle()
+    if grouped:
+        names = _group_names(prefix, name, handle, len(tensors))
+    else:
+        names = [_engine_name(prefix, name, handle)]
+    _ops.reducescatter_async(handle, [t.detach() for t in tensors], names, op,
+                             float(prescale_factor), float(postscale_factor), set_id)
+    _handle_map[handle] = (tuple(tensors), [None] * len(tensors) if grouped else None)
+    return handle
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Starts a reducescatter of ``tensor``; returns a handle at once.
+
+    The element-wise reduction over the set, ``postscale_factor * SUM_ranks(prescale_factor *
+    tensor)`` (divided by the set size for ``Average``), is split along dimension 0: set member
+    ``r`` of ``n`` gets ``d0 // n + (1 if r < d0 % n else 0)`` rows, after the earlier members'
+    rows. The result has shape ``[rows_r] + tensor.shape[1:]`` and the dtype of ``tensor``.
+
+    Args:
+        tensor: a contiguous CPU tensor with at least one dimension, of dtype int32, int64,
+            float16, bfloat16, float32 or float64; same shape on every rank.
+        name: a name unique among the operations in flight, the same on every rank; default: an
+            automatic name from the handle counter.
+        op: ``Average`` (default) or ``Sum``.
+        process_set: the ``ProcessSet`` to reduce over (default: all ranks).
+        prescale_factor: factor applied to the input before the reduction.
+        postscale_factor: factor applied to the result after the reduction.
+
+    Returns:
+        int handle; :func:`synchronize` returns this rank's part of the reduction.
+
+    Raises:
+        ValueError: unsupported dtype or device, non-contiguous tensor, a name already in
+            flight, an unregistered process set or this rank not in it.
+        HorovodInternalError: at submission for an op other than ``Average`` and ``Sum``, or when
+            Horovod is not running; from :func:`synchronize` when ranks disagree on shape,
+            dtype or scale factors, the tensor is a scalar, or a rank has joined.
+    """
+    _check_tensor(tensor, _REDUCE_DTYPES, 'reducescatter')
+    return _submit_reducescatter('reducescatter', [tensor], name, op, prescale_factor,
+                                 postscale_factor, process_set, grouped=False)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Starts one reducescatter of a list of tensors; returns a handle at once.
+
+    The tensors are negotiated and executed together; each result equals the single-tensor
+    reducescatter of that tensor. Op and scale factors are shared. The engine names tensor ``i``
+    of ``n`` ``grouped_reducescatter.<name>_<i+1>of<n>``.
+
+    Args:
+        tensors: non-empty list of tensors, each as for :func:`reducescatter_async`.
+        name, op, process_set, prescale_factor, postscale_factor: as for
+            :func:`reducescatter_async`.
+
+    Returns:
+        int handle; :func:`synchronize` returns the list of results in input order.
+
+    Raises:
+        ValueError, HorovodInternalError: as for :func:`reducescatter_async`, or ``tensors`` is
+            not a non-empty list.
+    """
+    _check_tensor_list(tensors, _REDUCE_DTYPES, 'grouped_reducescatter')
+    return _submit_reducescatter('grouped_reducescatter', list(tensors), name, op,
+                                 prescale_factor, postscale_factor, process_set, grouped=True)
+
+
+def join(device=-1):
+    """Tells the other ranks that this rank has no more data, and blocks until every rank has
+    joined.
+
+    Until then this rank takes part in the allreduces the other ranks submit, contributing zeros
+    (``Average`` still divides by the full set size). Allgather, broadcast, alltoall and
+    reducescatter fail on the other ranks while this rank is joined.
+
+    Args:
+        device: accepted for compatibility (the device of the zero tensors; -1 for the CPU).
+            This release handles CPU tensors only.
+
+    Returns:
+        int: the global rank that joined last, the same on every rank.
+
+    Raises:
+        HorovodInternalError: Horovod is not running, or was shut down while waiting.
+    """
+    del device  # zeros are made by the engine; every tensor is on the CPU
+    handle = _ops.join_async(_ops.new_handle())
+    return int(_ops.wait(handle)[0])
+
+
+def barrier(process_set=global_process_set):
+    """Blocks until every member of ``process_set`` has called ``barrier`` (operations submitted
+    earlier may still be in flight).
+
+    Raises:
+        ValueError: an unregistered process set, or this rank is not in it.
+        HorovodInternalError: Horovod is not running, or was shut down while waiting.
+    """
+    set_id = _process_set_id(process_set)
+    _ops.wait(_ops.barrier_async(_ops.new_handle(), set_id))
+
+
 def poll(handle):
     """Tells whether the operation behind ``handle`` has finished (successfully or not).
 
@@ -390,8 +593,9 @@ def synchronize(handle):
         handle: an int returned by an ``*_async*`` function.
 
     Returns:
-        The result tensor (for grouped ops, the list of result tensors in input order), or None
-        if ``handle`` is not pending (unknown or already synchronized).
+        The result tensor; for grouped ops, the list of result tensors in input order; for
+        alltoall, the tuple ``(output, received_splits)``. None if ``handle`` is not pending
+        (unknown or already synchronized).
 
     Raises:
         HorovodInternalError: the operation failed: ranks disagreed on dtype, shape, op, scale
@@ -403,8 +607,8 @@ def synchronize(handle):
         results = _ops.wait(handle)
     finally:
         _, outputs = _handle_map.pop(handle)
-    grouped = isinstance(outputs, list)
-    given = outputs if grouped else [outputs]
+    several = isinstance(outputs, (list, tuple))
+    given = outputs if several else [outputs]
     tensors = []
     for output, result in zip(given, results, strict=True):
         if output is None:
@@ -414,7 +618,9 @@ def synchronize(handle):
             # so that a backward pass that saved this tensor notices it changed.
             torch.autograd.graph.increment_version(output)
             tensors.append(output)
-    return tensors if grouped else tensors[0]
+    if not several:
+        return tensors[0]
+    return tuple(tensors) if isinstance(outputs, tuple) else tensors
 
 
 # The synchronous forms below are torch.autograd.Functions, so a collective can sit inside a
@@ -588,3 +794,198 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
         ValueError, HorovodInternalError: as for :func:`broadcast_async`.
     """
     return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+
+
+def _gather_offsets(dim0s, process_set):
+    """Where this rank's rows start in each gathered tensor: for every entry of ``dim0s`` (this
+    rank's dimension 0 of each input), the sum of that dimension over the earlier set members."""
+    local = torch.tensor([dim0s], dtype=torch.int64)
+    every = synchronize(allgather_async(local, None, process_set))
+    return [int(v) for v in every[:process_set.rank()].sum(dim=0)]
+
+
+class HorovodGroupedAllgather(torch.autograd.Function):
+    """Differentiable grouped allgather: each gradient is this rank's rows of the averaged
+    incoming gradient, as for :class:`HorovodAllgather`."""
+
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dim0s = [t.shape[0] if t.dim() > 0 else 0 for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        process_set = ctx.process_set
+        grads = synchronize(grouped_allreduce_async([g.contiguous() for g in grad_outputs], None,
+                                                    None, Average, 1.0, 1.0, process_set))
+        offsets = _gather_offsets(ctx.dim0s, process_set)
+        rows = [g.narrow(0, offset, d0)
+                for g, offset, d0 in zip(grads, offsets, ctx.dim0s, strict=True)]
+        return (None, None, *rows)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """Grouped allgather of a list of tensors; blocks. Differentiable.
+
+    Each gradient is this rank's slice of the average over ranks of the incoming gradient, as
+    for :func:`allgather`.
+
+    Args:
+        tensors, name, process_set: as for :func:`grouped_allgather_async`.
+
+    Returns:
+        list of torch.Tensor, one per input, of shape ``[sum of every rank's d0] +
+        shape[1:]``.
+
+    Raises:
+        ValueError, HorovodInternalError: as for :func:`grouped_allgather_async`.
+    """
+    if not isinstance(tensors, (list, tuple)):
+        raise ValueError('grouped_allgather expects a non-empty list of torch.Tensor, '
+                         f'got {type(tensors).__name__}.')
+    return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    """Differentiable alltoall: the gradient is the alltoall of the incoming gradient sent back
+    with the received splits; rows the forward did not send get a zero gradient."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.dim0 = tensor.shape[0] if tensor.dim() > 0 else 0
+        ctx.process_set = process_set
+        ctx.received_splits = received_splits.clone()
+        ctx.mark_non_differentiable(received_splits)
+        return output, received_splits
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_received_splits):
+        grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.received_splits, None,
+                                             ctx.process_set))
+        missing = ctx.dim0 - grad.shape[0]
+        if missing > 0:
+            # Rows past sum(splits) were never sent: they do not affect the output.
+            grad = torch.cat([grad, grad.new_zeros((missing, *grad.shape[1:]))])
+        return grad, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Alltoall of ``tensor`` along dimension 0; blocks. Differentiable.
+
+    The gradient with respect to ``tensor`` is the alltoall of the incoming gradient with the
+    received splits (each block goes back to the rank it came from); ``received_splits`` is not
+    differentiable.
+
+    Args:
+        tensor, splits, name, process_set: as for :func:`alltoall_async`.
+
+    Returns:
+        ``output`` when ``splits`` is None, else ``(output, received_splits)``: the received
+        rows, shape ``[sum of received rows] + tensor.shape[1:]``, and a 1-D int32 CPU tensor of
+        the rows received from each set member.
+
+    Raises:
+        ValueError, HorovodInternalError: as for :func:`alltoall_async`.
+    """
+    output, received_splits = HorovodAlltoall.apply(tensor, splits, name, process_set)
+    return output if splits is None else (output, received_splits)
+
+
+def _reducescatter_grad_scale(op, prescale_factor, postscale_factor, process_set):
+    # spec torch.md §4.3: the gradient is the allgather of the incoming gradient, times the set
+    # size for Sum and times the scale factors.
+    scale = float(process_set.size()) if op == Sum else 1.0
+    return scale * prescale_factor * postscale_factor
+
+
+def _scaled(tensor, scale):
+    return tensor.contiguous() if scale == 1.0 else (tensor * scale).contiguous()
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    """Differentiable reducescatter: the gradient is the allgather of the incoming gradient,
+    scaled by the set size for ``Sum`` and by the scale factors."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.settings = (op, prescale_factor, postscale_factor, process_set)
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                               postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        process_set = ctx.settings[3]
+        scale = _reducescatter_grad_scale(*ctx.settings)
+        grad = synchronize(allgather_async(_scaled(grad_output, scale), None, process_set))
+        return grad, None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Reducescatter of ``tensor``; blocks until done. Differentiable.
+
+    ``compression.compress`` is applied before the operation and ``decompress`` after it. The
+    gradient with respect to ``tensor`` is the allgather of the incoming gradient, multiplied by
+    the set size for ``Sum`` and by ``prescale_factor * postscale_factor``.
+
+    Args:
+        tensor, name, op, process_set, prescale_factor, postscale_factor: as for
+            :func:`reducescatter_async`.
+        compression: ``Compression.none`` (default) or ``Compression.fp16``.
+
+    Returns:
+        torch.Tensor: this rank's rows of the reduction, shape ``[rows_r] + tensor.shape[1:]``.
+
+    Raises:
+        ValueError, HorovodInternalError: as for :func:`reducescatter_async`.
+    """
+    compressed, ctx = compression.compress(tensor)
+    reduced = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor,
+                                         postscale_factor)
+    return compression.decompress(reduced, ctx)
+
+
+class HorovodGroupedReducescatter(torch.autograd.Function):
+    """Differentiable grouped reducescatter: each gradient is as for
+    :class:`HorovodReducescatter`, the allgathers grouped."""
+
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.settings = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set,
+                                                             prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        process_set = ctx.settings[3]
+        scale = _reducescatter_grad_scale(*ctx.settings)
+        grads = synchronize(grouped_allgather_async([_scaled(g, scale) for g in grad_outputs],
+                                                    None, process_set))
+        return (None, None, None, None, None, *grads)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """Grouped reducescatter of a list of tensors; blocks. Differentiable.
+
+    Args:
+        tensors, name, op, process_set, prescale_factor, postscale_factor: as for
+            :func:`grouped_reducescatter_async`.
+        compression: ``Compression.none`` (default) or ``Compression.fp16``, applied per tensor.
+
+    Returns:
+        list of torch.Tensor, one per input, as for :func:`reducescatter`.
+
+    Raises:
+        ValueError, HorovodInternalError: as for :func:`grouped_reducescatter_async`.
+    """
+    if not isinstance(tensors, (list, tuple)):
+        raise ValueError('grouped_reducescatter expects a non-empty list of torch.Tensor, '
+                         f'got {type(tensors).__name__}.')
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                                postscale_factor, *(t for t, _ in compressed))
+    return [compression.decompress(t, ctx) for t, (_, ctx) in zip(reduced, compressed, strict=True)]
