@@ -400,7 +400,7 @@ bool Engine::RunCycle() {
     exit_reason_ = list.shutdown_reason;
     return false;
   }
-  for (const Response& response : list.responses) Perform(*global, response);
+  PerformAll(*global, list);
 
   std::vector<std::shared_ptr<ProcessSet>> others;
   {
@@ -413,9 +413,22 @@ bool Engine::RunCycle() {
     ResponseList set_list = set->controller->ComputeResponseList(set->queue.PopRequests(), false, "");
     // A stall in this set shuts every rank down through the global set's next negotiation.
     if (set_list.shutdown) RequestShutdown(set_list.shutdown_reason);
-    for (const Response& response : set_list.responses) Perform(*set, response);
+    PerformAll(*set, set_list);
   }
   return true;
+}
+
+void Engine::PerformAll(ProcessSet& set, const ResponseList& list) {
+  if (timeline_.recording()) {
+    // Each operation waits in the QUEUE activity until the ones before it in the list are done.
+    for (const Response& response : list.responses) {
+      for (const auto& name : response.names) {
+        timeline_.Start(name, response.type);
+        timeline_.ActivityStart(name, "QUEUE");
+      }
+    }
+  }
+  for (const Response& response : list.responses) Perform(set, response);
 }
 
 std::string Engine::Activity(const char* op) const {
@@ -437,7 +450,14 @@ void Engine::Perform(ProcessSet& set, const Response& response) {
     }
   };
 
+  const bool record = timeline_.recording();
+  if (record) {
+    for (const auto& name : response.names) timeline_.ActivityEnd(name);  // QUEUE
+  }
   if (response.type == ResponseType::ERROR) {
+    if (record) {
+      for (const auto& name : response.names) timeline_.End(name);
+    }
     complete_all(Status::PreconditionError(response.error_message));
     return;
   }
@@ -447,10 +467,6 @@ void Engine::Perform(ProcessSet& set, const Response& response) {
     if (!entries[i] && !zero_ok && response.type != ResponseType::JOIN) {
       throw std::logic_error("negotiated tensor '" + response.names[i] + "' is not in this rank's table");
     }
-  }
-  const bool record = timeline_.recording();
-  if (record) {
-    for (const auto& name : response.names) timeline_.Start(name, response.type);
   }
   // Engine-allocated outputs, per entry (empty where the caller gave the output).
   std::vector<std::vector<std::shared_ptr<OutputBuffer>>> outputs(entries.size());

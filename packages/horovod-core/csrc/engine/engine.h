@@ -103,6 +103,7 @@ class Engine {
   void BackgroundLoop();
   bool RunCycle();
   void RequestShutdown(const std::string& reason);
+  void PerformAll(ProcessSet& set, const ResponseList& list);
   void Perform(ProcessSet& set, const Response& response);
   void PerformAllreduce(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries);
   void PerformAllgather(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
