@@ -11,7 +11,10 @@ first with HOROVOD_CACHE_CAPACITY=0 (every cycle negotiates through the coordina
 the default capacity (1024: in the steady state one bitwise AND of a bit vector settles each
 cycle). For each, after --warmup steps, --steps steps are timed; the engine's counters
 (horovod.common._core.engine_stats) give the time spent negotiating and the number of coordinator
-rounds. Rank 0 prints a table and, with --json, writes the figures.
+rounds. The two configurations alternate --repeats times (off, on, off, on, ...) so that both see
+the same machine load; the figures are medians over all their steps. Each run also idles for
+--idle-seconds and reports the cost of one idle cycle (the negotiation round alone, with nothing
+to negotiate). Rank 0 prints a table and, with --json, writes the figures.
 """
 
 import argparse
@@ -29,7 +32,7 @@ from horovod.common.basics import HorovodBasics
 SIZES = [256, 1024, 4096, 16384, 65536]  # float32 elements: 1 KiB .. 256 KiB
 
 
-def run(basics, capacity, args):
+def run(basics, capacity, args, totals):
     os.environ["HOROVOD_CACHE_CAPACITY"] = str(capacity)
     basics.init()
     tensors = [np.ones(SIZES[i % len(SIZES)], np.float32) for i in range(args.tensors)]
@@ -52,13 +55,27 @@ def run(basics, capacity, args):
             negotiation_ms.append((after["negotiation_us"] - before["negotiation_us"]) / 1e3)
             rounds.append(after["coordinator_rounds"] - before["coordinator_rounds"])
             hits.append(after["cache_hits"] - before["cache_hits"])
+    before = _core.engine_stats()
+    time.sleep(args.idle_seconds)
+    after = _core.engine_stats()
     basics.shutdown()
+    idle_cycles = after["cycles"] - before["cycles"]
+    t = totals.setdefault(capacity, {"step_ms": [], "negotiation_ms": [], "rounds": [], "hits": [], "idle_us": []})
+    t["step_ms"] += step_ms
+    t["negotiation_ms"] += negotiation_ms
+    t["rounds"] += rounds
+    t["hits"] += hits
+    t["idle_us"].append((after["negotiation_us"] - before["negotiation_us"]) / max(idle_cycles, 1))
+
+
+def summary(capacity, t):
     return {
         "cache_capacity": capacity,
-        "step_ms_median": statistics.median(step_ms),
-        "negotiation_ms_per_step_median": statistics.median(negotiation_ms),
-        "coordinator_rounds_per_step_median": statistics.median(rounds),
-        "cache_hits_per_step_median": statistics.median(hits),
+        "step_ms_median": statistics.median(t["step_ms"]),
+        "negotiation_ms_per_step_median": statistics.median(t["negotiation_ms"]),
+        "coordinator_rounds_per_step_median": statistics.median(t["rounds"]),
+        "cache_hits_per_step_median": statistics.median(t["hits"]),
+        "idle_cycle_us_median": statistics.median(t["idle_us"]),
     }
 
 
@@ -67,22 +84,30 @@ def main():
     parser.add_argument("--tensors", type=int, default=100, help="allreduces per step (default 100)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps first (default 10)")
     parser.add_argument("--steps", type=int, default=100, help="timed steps (default 100)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternations of off and on (default 3)")
+    parser.add_argument("--idle-seconds", type=float, default=1.0, help="idle time measured per run (default 1)")
     parser.add_argument("--json", help="write the results here (rank 0)")
     args = parser.parse_args()
     basics = HorovodBasics()
-    results = [run(basics, 0, args), run(basics, 1024, args)]
+    totals = {}
+    for _ in range(args.repeats):
+        for capacity in (0, 1024):
+            run(basics, capacity, args, totals)
+    results = [summary(capacity, totals[capacity]) for capacity in (0, 1024)]
     if int(os.environ.get("HOROVOD_RANK", "0")) != 0:
         return
     size = int(os.environ.get("HOROVOD_SIZE", "1"))
-    print(f"{args.tensors} allreduces per step, np={size}, median over {args.steps} steps")
-    print(f"{'cache':>8} {'step (ms)':>10} {'negotiation (ms)':>17} {'coordinator rounds':>19} {'cache hits':>11}")
+    print(f"{args.tensors} allreduces per step, np={size}, median over {args.repeats} x {args.steps} steps")
+    print(f"{'cache':>8} {'step (ms)':>10} {'negotiation (ms)':>17} {'coordinator rounds':>19} {'cache hits':>11} "
+          f"{'idle cycle (us)':>16}")
     for r in results:
         print(f"{r['cache_capacity']:>8} {r['step_ms_median']:>10.2f} {r['negotiation_ms_per_step_median']:>17.2f} "
-              f"{r['coordinator_rounds_per_step_median']:>19} {r['cache_hits_per_step_median']:>11}")
+              f"{r['coordinator_rounds_per_step_median']:>19} {r['cache_hits_per_step_median']:>11} "
+              f"{r['idle_cycle_us_median']:>16.0f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"host": socket.gethostname(), "np": size, "cpus": os.cpu_count(), "tensors": args.tensors,
-                       "steps": args.steps, "results": results}, f, indent=2)
+                       "steps": args.steps, "repeats": args.repeats, "results": results}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -311,8 +311,8 @@ std::vector<int64_t> ToSplits(nb::handle splits) {
 void EnqueueAlltoall(int64_t handle, nb::handle tensor, nb::handle splits, const std::string& name,
                      int32_t process_set_id) {
   std::shared_ptr<Engine> engine = RequireEngine();
+  // A scalar is refused at negotiation, like a scalar allgather (spec core.md §6.11).
   TensorView view = ToTensorView(tensor, "alltoall input");
-  if (view.shape.empty()) throw nb::value_error("alltoall needs a tensor of at least one dimension, got a scalar.");
   Request request = MakeRequest(RequestType::ALLTOALL, view, name, 0);
   request.splits = ToSplits(splits);
   std::vector<Request> requests{request};
