@@ -78,11 +78,13 @@ from horovod.torch.mpi_ops import (
     rocm_built,
     shutdown,
     size,
+    sparse_allreduce_async,
     start_timeline,
     stop_timeline,
     synchronize,
 )
 from horovod.torch.optimizer import DistributedOptimizer
+from horovod.torch.sync_batch_norm import SyncBatchNorm
 
 import torch
 
@@ -148,10 +150,12 @@ __all__ = [
     'rocm_built',
     'shutdown',
     'size',
+    'sparse_allreduce_async',
     'start_timeline',
     'stop_timeline',
     'synchronize',
     'DistributedOptimizer',
+    'SyncBatchNorm',
 ]
 
 

@@ -79,6 +79,7 @@ def init(*args, **kwargs):
         ValueError: the engine could not start (the log output says why).
     """
     _handle_map.clear()
+    _noname_counters.clear()
     return _basics.init(*args, **kwargs)
 
 
@@ -88,6 +89,7 @@ def shutdown(*args, **kwargs):
     Safe to call when Horovod is not running; ``init()`` may be called again afterwards.
     """
     _handle_map.clear()
+    _noname_counters.clear()
     return _basics.shutdown(*args, **kwargs)
 
 
@@ -139,12 +141,25 @@ def _process_set_id(process_set):
     return process_set.process_set_id
 
 
-def _engine_name(prefix, name, handle):
-    return f'{prefix}.{name}' if name is not None else f'{prefix}.noname.{handle}'
+# (op prefix, process set id) -> number of unnamed ops of that kind submitted to that set.
+# Automatic names count per op kind and per process set, not by handle: names only have to agree
+# among the ranks that take part in the op, so an extra unnamed op on one rank (a barrier, a join,
+# an op on a process set the others are not in, another op kind) does not shift the names of
+# the ops that follow. Reset by init() and shutdown(), so a re-initialised process (elastic mode)
+# names its ops like a freshly started one.
+_noname_counters = {}
 
 
-def _group_names(prefix, name, handle, n):
-    base = _engine_name(prefix, name, handle)
+def _engine_name(prefix, name, set_id):
+    if name is not None:
+        return f'{prefix}.{name}'
+    key = (prefix, set_id)
+    _noname_counters[key] = _noname_counters.get(key, 0) + 1
+    return f'{prefix}.noname.{_noname_counters[key]}'
+
+
+def _group_names(prefix, name, set_id, n):
+    base = _engine_name(prefix, name, set_id)
     return [f'{base}_{i + 1}of{n}' for i in range(n)]
 
 
@@ -155,9 +170,9 @@ def _submit_allreduce(prefix, inputs, outputs, average, name, op, prescale_facto
     set_id = _process_set_id(process_set)
     handle = _ops.new_handle()
     if grouped:
-        names = _group_names(prefix, name, handle, len(inputs))
+        names = _group_names(prefix, name, set_id, len(inputs))
     else:
-        names = [_engine_name(prefix, name, handle)]
+        names = [_engine_name(prefix, name, set_id)]
     detached = [t.detach() for t in inputs]
     # outputs None: in place, the engine writes into the inputs themselves.
     _ops.allreduce_async(handle, detached,
@@ -183,7 +198,9 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
             float64, any shape (scalars allowed).
         average: deprecated; use ``op``. True means ``Average``, False means ``Sum``.
         name: a name unique among the operations in flight; the same on every rank. Default: an
-            automatic name from the handle counter (ranks must then submit in the same order).
+            automatic name ``allreduce.noname.<k>`` for the k-th unnamed allreduce on
+            ``process_set`` (the ranks must then submit their unnamed allreduces on this set in
+            the same order; other unnamed ops do not shift ``k``).
         op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
         prescale_factor: factor applied to the input before the reduction.
         postscale_factor: factor applied to the result after the reduction.
@@ -291,7 +308,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         tensor: a contiguous CPU tensor with at least one dimension, of dtype uint8, int8,
             int16, int32, int64, float16, bfloat16, float32, float64 or bool.
         name: a name unique among the operations in flight, the same on every rank; default: an
-            automatic name from the handle counter.
+            automatic name from a per-op counter.
         process_set: the ``ProcessSet`` to gather over (default: all ranks).
 
     Returns:
@@ -306,7 +323,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     _check_tensor(tensor, _MOVE_DTYPES, 'allgather')
     set_id = _process_set_id(process_set)
     handle = _ops.new_handle()
-    _ops.allgather_async(handle, [tensor.detach()], [_engine_name('allgather', name, handle)],
+    _ops.allgather_async(handle, [tensor.detach()], [_engine_name('allgather', name, set_id)],
                          set_id)
     _handle_map[handle] = ((tensor,), None)
     return handle
@@ -317,7 +334,7 @@ def _submit_broadcast(tensor, output, root_rank, name, process_set):
     if isinstance(root_rank, bool) or not isinstance(root_rank, int):
         raise ValueError(f'root_rank must be an int (a global rank), got {root_rank!r}.')
     handle = _ops.new_handle()
-    _ops.broadcast_async(handle, [output.detach()], [_engine_name('broadcast', name, handle)],
+    _ops.broadcast_async(handle, [output.detach()], [_engine_name('broadcast', name, set_id)],
                          root_rank, set_id)
     _handle_map[handle] = ((tensor,), output)
     return handle
@@ -331,7 +348,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
             bfloat16, float32, float64 or bool; same shape and dtype on every rank.
         root_rank: the global rank whose tensor is sent; it must belong to ``process_set``.
         name: a name unique among the operations in flight, the same on every rank; default: an
-            automatic name from the handle counter.
+            automatic name from a per-op counter.
         process_set: the ``ProcessSet`` to broadcast within (default: all ranks).
 
     Returns:
@@ -390,8 +407,72 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     set_id = _process_set_id(process_set)
     handle = _ops.new_handle()
     _ops.allgather_async(handle, [t.detach() for t in tensors],
-                         _group_names('grouped_allgather', name, handle, len(tensors)), set_id)
+                         _group_names('grouped_allgather', name, set_id, len(tensors)), set_id)
     _handle_map[handle] = (tuple(tensors), [None] * len(tensors))
+    return handle
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Starts the reduction of a sparse COO tensor by allgathering its indices and values;
+    returns a callable handle at once.
+
+    Two allgathers run: ``<name>.indices`` on the ``[nnz, ndim]`` transposed index matrix and
+    ``<name>.values`` on the ``[nnz, ...]`` values. Concatenating every rank's entries sums the
+    tensors, since duplicate indices add up; the result is left uncoalesced (call
+    ``.coalesce()`` to merge duplicates). ``nnz`` may differ between ranks; the dense shape and
+    the dtype must agree.
+
+    Args:
+        tensor: a sparse COO CPU tensor (``layout == torch.sparse_coo``) whose values have one
+            of the dtypes :func:`allgather_async` takes; it need not be coalesced.
+        name: base name of the two allgathers, the same on every rank; None for an automatic
+            name (the ranks must then submit in the same order).
+        op: ``Average`` (values divided by the set size; integer values truncate toward zero)
+            or ``Sum``; None means ``Average``.
+        process_set: the ``ProcessSet`` to reduce over (default: all ranks).
+
+    Returns:
+        A zero-argument callable. Calling it waits for both allgathers and returns the sparse
+        COO tensor of ``tensor``'s size and dtype holding every rank's entries (indices
+        ``[ndim, total nnz]`` in rank order). Call it exactly once; :func:`synchronize` does not
+        take it.
+
+    Raises:
+        ValueError: ``tensor`` is not a sparse COO tensor, unsupported dtype or device, an op
+            other than ``Average`` and ``Sum``, a name already in flight, an unregistered
+            process set.
+        HorovodInternalError: from the callable, when ranks disagree on dtype or dense shape,
+            or Horovod was shut down.
+    """
+    if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
+        raise ValueError('sparse_allreduce_async expects a sparse COO torch.Tensor, got '
+                         f'{getattr(tensor, "layout", type(tensor).__name__)}.')
+    op = Average if op is None else op
+    if op not in (Average, Sum):
+        raise ValueError(f'sparse_allreduce_async supports op=Average and op=Sum only, got '
+                         f'{op!r}: the values are combined by concatenation.')
+    indices = tensor._indices().transpose(0, 1).contiguous()
+    values = tensor._values().contiguous()
+    if name is None:
+        # Both parts share one automatic base name, like a named call.
+        name = _engine_name('sparse_allreduce', None, _process_set_id(process_set))
+    values_handle = allgather_async(values, f'{name}.values', process_set)
+    indices_handle = allgather_async(indices, f'{name}.indices', process_set)
+    set_size = process_set.size()
+
+    def handle():
+        gathered_values = synchronize(values_handle)
+        gathered_indices = synchronize(indices_handle)
+        if gathered_values.dim() == 0 or gathered_indices.dim() == 0:
+            return torch.sparse_coo_tensor(size=tensor.size(), dtype=tensor.dtype)
+        if op == Average:
+            if gathered_values.is_floating_point():
+                gathered_values = gathered_values / set_size
+            else:
+                gathered_values = torch.div(gathered_values, set_size, rounding_mode='trunc')
+        return torch.sparse_coo_tensor(gathered_indices.transpose(0, 1), gathered_values,
+                                       tensor.size(), dtype=tensor.dtype)
+
     return handle
 
 
@@ -429,7 +510,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
             one row count per set member (in set-rank order): a list of ints, or a 1-D int32
             CPU tensor.
         name: a name unique among the operations in flight, the same on every rank; default: an
-            automatic name from the handle counter.
+            automatic name from a per-op counter.
         process_set: the ``ProcessSet`` to exchange within (default: all ranks).
 
     Returns:
@@ -449,7 +530,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     set_id = _process_set_id(process_set)
     handle = _ops.new_handle()
     _ops.alltoall_async(handle, tensor.detach(), engine_splits,
-                        _engine_name('alltoall', name, handle), set_id)
+                        _engine_name('alltoall', name, set_id), set_id)
     kept = (tensor,) if engine_splits is None else (tensor, engine_splits)
     _handle_map[handle] = (kept, (None, None))
     return handle
@@ -462,9 +543,9 @@ def _submit_reducescatter(prefix, tensors, name, op, prescale_factor, postscale_
     set_id = _process_set_id(process_set)
     handle = _ops.new_handle()
     if grouped:
-        names = _group_names(prefix, name, handle, len(tensors))
+        names = _group_names(prefix, name, set_id, len(tensors))
     else:
-        names = [_engine_name(prefix, name, handle)]
+        names = [_engine_name(prefix, name, set_id)]
     _ops.reducescatter_async(handle, [t.detach() for t in tensors], names, op,
                              float(prescale_factor), float(postscale_factor), set_id)
     _handle_map[handle] = (tuple(tensors), [None] * len(tensors) if grouped else None)
@@ -484,7 +565,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
         tensor: a contiguous CPU tensor with at least one dimension, of dtype int32, int64,
             float16, bfloat16, float32 or float64; same shape on every rank.
         name: a name unique among the operations in flight, the same on every rank; default: an
-            automatic name from the handle counter.
+            automatic name from a per-op counter.
         op: ``Average`` (default) or ``Sum``.
         process_set: the ``ProcessSet`` to reduce over (default: all ranks).
         prescale_factor: factor applied to the input before the reduction.
