@@ -223,8 +223,23 @@ void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequ
                            "hvd.Min, hvd.Max, hvd.Product")
                               .c_str());
   }
-  if (op == static_cast<int32_t>(ReduceOp::ADASUM)) {
-    TranslateStatus(Status::PreconditionError("Adasum is not supported by this release of Horovod."));
+  const bool adasum = op == static_cast<int32_t>(ReduceOp::ADASUM);
+  if (adasum) {
+    // Spec core.md §6.10: global set only; on CPU a power-of-two number of ranks.
+    if (process_set_id != 0) {
+      TranslateStatus(Status::PreconditionError("Adasum is supported on the global process set only."));
+    }
+    const int size = engine->config().size;
+    if ((size & (size - 1)) != 0) {
+      TranslateStatus(Status::PreconditionError("Adasum on CPU tensors needs a power-of-two number of ranks; this "
+                                                "job has " + std::to_string(size) + " (non-power-of-2 ranks unsupported)."));
+    }
+    for (const TensorView& v : in) {
+      if (v.dtype != DataType::FLOAT16 && v.dtype != DataType::FLOAT32 && v.dtype != DataType::FLOAT64) {
+        throw nb::value_error(("Adasum supports float16, float32 and float64 tensors; got " +
+                               std::string(DataTypeName(v.dtype)) + ".").c_str());
+      }
+    }
   }
   const int64_t group_id = GroupId(names);
   std::vector<Request> requests;
@@ -237,7 +252,7 @@ void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequ
                                           op == static_cast<int32_t>(ReduceOp::AVERAGE))) {
       throw nb::value_error("bool tensors support allreduce with Sum, Min, Max or Product and no scaling only");
     }
-    Request request = MakeRequest(RequestType::ALLREDUCE, in[i], names[i], group_id);
+    Request request = MakeRequest(adasum ? RequestType::ADASUM : RequestType::ALLREDUCE, in[i], names[i], group_id);
     request.reduce_op = static_cast<ReduceOp>(op);
     request.prescale_factor = prescale;
     request.postscale_factor = postscale;

@@ -63,6 +63,8 @@ class Backend {
   virtual void Reducescatter(void* buffer, int64_t count, const std::vector<int64_t>& counts, DataType dtype,
                              ReduceOp op);
   virtual void Barrier() = 0;
+  // Point to point: sends send_bytes to `peer` and receives recv_bytes from it (Adasum).
+  virtual void SendRecv(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes, int peer) = 0;
 
  protected:
   int rank_;

@@ -55,7 +55,7 @@ std::string FindMismatch(const std::vector<Request>& requests, bool any_joined, 
       }
     }
   }
-  if (Among(first.type, {RequestType::ALLREDUCE, RequestType::REDUCESCATTER})) {
+  if (Among(first.type, {RequestType::ALLREDUCE, RequestType::ADASUM, RequestType::REDUCESCATTER})) {
     for (const Request& r : requests) {
       if (r.prescale_factor != first.prescale_factor || r.postscale_factor != first.postscale_factor) {
         err << "Mismatched prescale and/or postscale factors: one rank sent factors " << first.prescale_factor << ", "
@@ -316,7 +316,8 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     ResponseCache::Lookup found = ResponseCache::Lookup::MISS;
     if (use_cache && ResponseCache::Cacheable(r.type)) found = cache_.Find(r, &bit);
     if (found == ResponseCache::Lookup::HIT) {
-      const bool join_error_path = any_joined_ && cache_.response(bit).type != ResponseType::ALLREDUCE;
+      const bool join_error_path = any_joined_ && cache_.response(bit).type != ResponseType::ALLREDUCE &&
+                                   cache_.response(bit).type != ResponseType::ADASUM;
       const bool stalled = eviction_time.count() > 0 && start - held.since > eviction_time;
       if (join_error_path || stalled) {
         // Negotiated through the coordinator: it reports the join error, or the stall.
@@ -349,7 +350,10 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     if (local_joined_) {
       // A joined rank takes part in every cached allreduce the others run (with zeros).
       for (uint32_t bit = 0; bit < num_bits; ++bit) {
-        if (cache_.occupied(bit) && cache_.response(bit).type == ResponseType::ALLREDUCE) set_bit(0, bit);
+        if (cache_.occupied(bit) && (cache_.response(bit).type == ResponseType::ALLREDUCE ||
+                                     cache_.response(bit).type == ResponseType::ADASUM)) {
+          set_bit(0, bit);
+        }
       }
     }
     for (uint32_t bit = 0; bit < num_bits; ++bit) {

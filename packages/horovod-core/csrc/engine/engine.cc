@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "adasum.h"
 #include "logging.h"
 #include "reduction.h"
 
@@ -463,7 +464,7 @@ void Engine::Perform(ProcessSet& set, const Response& response) {
   }
   const bool joined = set.controller->joined();
   for (size_t i = 0; i < entries.size(); ++i) {
-    bool zero_ok = response.type == ResponseType::ALLREDUCE && joined;
+    bool zero_ok = (response.type == ResponseType::ALLREDUCE || response.type == ResponseType::ADASUM) && joined;
     if (!entries[i] && !zero_ok && response.type != ResponseType::JOIN) {
       throw std::logic_error("negotiated tensor '" + response.names[i] + "' is not in this rank's table");
     }
@@ -474,7 +475,8 @@ void Engine::Perform(ProcessSet& set, const Response& response) {
   bool has_value = false;
   try {
     switch (response.type) {
-      case ResponseType::ALLREDUCE: PerformAllreduce(set, response, entries); break;
+      case ResponseType::ALLREDUCE:
+      case ResponseType::ADASUM: PerformAllreduce(set, response, entries); break;
       case ResponseType::ALLGATHER: PerformAllgather(set, response, entries, outputs); break;
       case ResponseType::BROADCAST: PerformBroadcast(set, response, entries); break;
       case ResponseType::ALLTOALL: PerformAlltoall(set, response, entries, outputs); break;
@@ -578,8 +580,13 @@ void Engine::PerformAllreduce(ProcessSet& set, const Response& response, std::ve
     activity_end();
   }
   if (response.prescale_factor != 1.0) Scale(buffer, count, dtype, response.prescale_factor);
-  activity_start(Activity("ALLREDUCE"));
-  set.backend->Allreduce(buffer, count, dtype, op);
+  if (response.type == ResponseType::ADASUM) {
+    activity_start("ADASUM_ALLREDUCE");
+    AdasumAllreduce(*set.backend, buffer, count, dtype);
+  } else {
+    activity_start(Activity("ALLREDUCE"));
+    set.backend->Allreduce(buffer, count, dtype, op);
+  }
   activity_end();
   if (postscale != 1.0) Scale(buffer, count, dtype, postscale);
   if (!direct) {

@@ -34,6 +34,8 @@ constexpr size_t kSmallAllreduceBytes = 4 << 20;
 // Slot prefix for the control plane's point-to-point messages; Gloo's own algorithms use small
 // prefixes for theirs.
 constexpr uint8_t kControlSlotPrefix = 0x68;
+// Slot prefix of SendRecv's point-to-point messages (Adasum).
+constexpr uint8_t kPeerSlotPrefix = 0x69;
 
 // Adapts the engine's Store (blocking Get) to Gloo's store interface.
 class StoreAdapter : public gloo::rendezvous::Store {
@@ -222,6 +224,21 @@ class GlooBackend : public Backend {
     child.rank = static_cast<int>(it - ranks.begin());
     child.size = static_cast<int>(ranks.size());
     return std::make_unique<GlooBackend>(child, device_);
+  }
+
+  void SendRecv(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes, int peer) override {
+    auto slot = gloo::Slot::build(kPeerSlotPrefix, 0);
+    std::unique_ptr<gloo::transport::UnboundBuffer> out, in;
+    if (recv_bytes > 0) {
+      in = context_->createUnboundBuffer(recv, static_cast<size_t>(recv_bytes));
+      in->recv(peer, slot);
+    }
+    if (send_bytes > 0) {
+      out = context_->createUnboundBuffer(const_cast<void*>(send), static_cast<size_t>(send_bytes));
+      out->send(peer, slot);
+    }
+    if (out && !out->waitSend(timeout_)) throw std::runtime_error("timed out sending to rank " + std::to_string(peer));
+    if (in && !in->waitRecv(timeout_)) throw std::runtime_error("timed out receiving from rank " + std::to_string(peer));
   }
 
   void Barrier() override {
