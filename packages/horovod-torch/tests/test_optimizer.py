@@ -222,7 +222,6 @@ def validation_worker():
     errors = {}
     cases = {
         'predivide_with_sum': dict(op=hvd.Sum, gradient_predivide_factor=2.0),
-        'adasum': dict(op=hvd.Adasum),
         'zero_passes': dict(backward_passes_per_step=0),
         'groups_zero': dict(groups=0),
         'groups_str': dict(groups='two'),
@@ -253,7 +252,6 @@ def test_argument_validation(job):
 
 def check_validation(errors):
     assert errors['predivide_with_sum'][0] == 'ValueError'
-    assert errors['adasum'][0] == 'NotImplementedError'
     for name in ('zero_passes', 'groups_zero', 'groups_str', 'groups_non_tensor', 'groups_twice',
                  'groups_foreign', 'not_tuples', 'duplicates', 'unnamed'):
         assert errors[name] is not None and errors[name][0] == 'ValueError', name

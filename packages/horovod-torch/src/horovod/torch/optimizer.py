@@ -13,6 +13,7 @@ import warnings
 
 from horovod.common.util import split_list
 from horovod.torch.compression import Compression
+from horovod.torch import mpi_ops
 from horovod.torch.functions import broadcast_object
 from horovod.torch.mpi_ops import (
     Adasum,
@@ -25,6 +26,63 @@ from horovod.torch.mpi_ops import (
 )
 
 import torch
+
+
+_TOO_MANY_PASSES = ('Gradients were computed more than backward_passes_per_step times before '
+                    'step() was called. Increase backward_passes_per_step to accumulate '
+                    'gradients locally.')
+_ZERO_GRAD_PENDING = ('optimizer.zero_grad() was called after loss.backward() but before '
+                      'optimizer.step() or optimizer.synchronize(); this races with the '
+                      'gradient allreduce and is not allowed.')
+
+
+def _hook_grad_accumulator(p, hook):
+    """Registers ``hook`` on ``p``'s gradient accumulator and returns the accumulator (keep it
+    alive: the hook lives on it).
+
+    ``expand_as`` gives a view whose grad_fn leads to p's AccumulateGrad node; a hook there
+    runs once per backward, after ``p.grad`` holds the new gradient. Grad mode is switched on
+    in case the optimizer is built under ``torch.no_grad()``.
+    """
+    with torch.enable_grad():
+        grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
+    grad_acc.register_hook(hook)
+    return grad_acc
+
+
+def _find_duplicates(lst):
+    """Returns the set of items that occur more than once in ``lst``."""
+    seen, duplicates = set(), set()
+    for item in lst:
+        if item in seen:
+            duplicates.add(item)
+        seen.add(item)
+    return duplicates
+
+
+def _name_parameters(param_groups, named_parameters, default_name):
+    """Returns the dict param -> allreduce name; ``default_name(group index, index in group)``
+    names the params when ``named_parameters`` is None."""
+    if named_parameters is None:
+        return {p: default_name(i, j)
+                for i, group in enumerate(param_groups)
+                for j, p in enumerate(group['params'])}
+    named_parameters = list(named_parameters)
+    if any(not isinstance(entry, tuple) or len(entry) != 2 for entry in named_parameters):
+        raise ValueError('named_parameters must be a sequence of (name, parameter) tuples, '
+                         'as returned by model.named_parameters().')
+    duplicates = _find_duplicates([name for name, _ in named_parameters])
+    if duplicates:
+        raise ValueError('Parameter names in named_parameters must be unique; duplicates: '
+                         f'{", ".join(sorted(map(str, duplicates)))}.')
+    named_ids = {id(p) for _, p in named_parameters}
+    unnamed = [id(p) for group in param_groups for p in group['params']
+               if id(p) not in named_ids]
+    if unnamed:
+        raise ValueError('named_parameters was given, but some parameters of the optimizer '
+                         'are not named in it; their Python object ids: '
+                         f'{", ".join(map(str, unnamed))}.')
+    return {p: name for name, p in named_parameters}
 
 
 class _DistributedOptimizer:
@@ -41,7 +99,8 @@ class _DistributedOptimizer:
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.process_set = process_set
-        self._parameter_names = self._name_parameters(named_parameters)
+        self._parameter_names = _name_parameters(self.param_groups, named_parameters,
+                                                 lambda i, j: f'allreduce.noname.{i}.{j}')
 
         self._handles = {}
         self._grad_accs = []
@@ -61,28 +120,6 @@ class _DistributedOptimizer:
         if (size() > 1 or os.environ.get('HOROVOD_ELASTIC') == '1') and process_set.included():
             self._make_groups(groups)
             self._register_hooks()
-
-    def _name_parameters(self, named_parameters):
-        if named_parameters is None:
-            return {p: f'allreduce.noname.{i}.{j}'
-                    for i, group in enumerate(self.param_groups)
-                    for j, p in enumerate(group['params'])}
-        named_parameters = list(named_parameters)
-        if any(not isinstance(entry, tuple) or len(entry) != 2 for entry in named_parameters):
-            raise ValueError('named_parameters must be a sequence of (name, parameter) tuples, '
-                             'as returned by model.named_parameters().')
-        duplicates = self.find_duplicates([name for name, _ in named_parameters])
-        if duplicates:
-            raise ValueError('Parameter names in named_parameters must be unique; duplicates: '
-                             f'{", ".join(sorted(map(str, duplicates)))}.')
-        named_ids = {id(p) for _, p in named_parameters}
-        unnamed = [id(p) for group in self.param_groups for p in group['params']
-                   if id(p) not in named_ids]
-        if unnamed:
-            raise ValueError('named_parameters was given, but some parameters of the optimizer '
-                             'are not named in it; their Python object ids: '
-                             f'{", ".join(map(str, unnamed))}.')
-        return {p: name for name, p in named_parameters}
 
     def _make_groups(self, groups):
         if groups is None:
@@ -112,23 +149,14 @@ class _DistributedOptimizer:
             for p in group['params']:
                 if p.requires_grad:
                     self._requires_update.add(p)
-                    # expand_as gives a view whose grad_fn leads to p's AccumulateGrad node; a
-                    # hook there runs once per backward, after p.grad holds the new gradient.
-                    # (Grad mode on, in case the optimizer is built under torch.no_grad().)
-                    with torch.enable_grad():
-                        grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                    grad_acc.register_hook(self._make_hook(p))
-                    self._grad_accs.append(grad_acc)
+                    self._grad_accs.append(_hook_grad_accumulator(p, self._make_hook(p)))
 
     def _make_hook(self, p):
         def hook(*_):
             # The delay reaches 0 at the pass that submits p's allreduce and is reset only when
             # its handle is cleared, so a delay of 0 also covers "already submitted".
             if self._allreduce_delay[p] <= 0:
-                raise AssertionError(
-                    'Gradients were computed more than backward_passes_per_step times before '
-                    'step() was called. Increase backward_passes_per_step to accumulate '
-                    'gradients locally.')
+                raise AssertionError(_TOO_MANY_PASSES)
             self._allreduce_delay[p] -= 1
             self._handles[p] = (None, None)
             if self._allreduce_delay[p] == 0:
@@ -148,9 +176,15 @@ class _DistributedOptimizer:
                 p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
             elif p.grad.is_sparse:
                 if not self._sparse_as_dense:
-                    raise ValueError(f'Parameter {self._parameter_names[p]} has a sparse '
-                                     'gradient; this release allreduces dense gradients only: '
-                                     'pass sparse_as_dense=True to DistributedOptimizer.')
+                    if len(unit) > 1:
+                        raise ValueError(f'Parameter {self._parameter_names[p]} has a sparse '
+                                         'gradient and is in a group; grouped allreduces are '
+                                         'dense: pass sparse_as_dense=True.')
+                    handle = mpi_ops.sparse_allreduce_async(
+                        p.grad, name=self._parameter_names[p], op=self.op,
+                        process_set=self.process_set)
+                    self._handles[p] = (handle, None)
+                    return
                 p.grad = p.grad.to_dense()
             elif not p.grad.is_contiguous():
                 p.grad = p.grad.contiguous()
@@ -197,6 +231,10 @@ class _DistributedOptimizer:
                 if handle in waited:
                     continue
                 waited.add(handle)
+                if callable(handle):
+                    # Sparse: the allgathered entries of every rank, uncoalesced.
+                    p.grad.zero_().add_(handle())
+                    continue
                 unit = self._group_of.get(p, (p,))
                 outputs = synchronize(handle)
                 if not isinstance(outputs, list):
@@ -241,9 +279,7 @@ class _DistributedOptimizer:
                 allreduce.
         """
         if self._handles:
-            raise AssertionError('optimizer.zero_grad() was called after loss.backward() but '
-                                 'before optimizer.step() or optimizer.synchronize(); this '
-                                 'races with the gradient allreduce and is not allowed.')
+            raise AssertionError(_ZERO_GRAD_PENDING)
         return super().zero_grad(set_to_none)
 
     def set_backward_passes_per_step(self, passes):
@@ -268,15 +304,148 @@ class _DistributedOptimizer:
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = passes
 
-    @staticmethod
-    def find_duplicates(lst):
-        """Returns the set of items that occur more than once in ``lst``."""
-        seen, duplicates = set(), set()
-        for item in lst:
-            if item in seen:
-                duplicates.add(item)
-            seen.add(item)
-        return duplicates
+    find_duplicates = staticmethod(_find_duplicates)
+
+
+class _DistributedAdasumOptimizer:
+    """Mixin for ``op=Adasum`` with more than one rank: each rank takes its own optimizer step,
+    and the ranks combine the resulting parameter changes (deltas) with the Adasum reduction.
+
+    Per parameter, once backward has accumulated its gradient ``backward_passes_per_step``
+    times, the hook copies the parameter into its start tensor, runs the wrapped optimizer's
+    step on that parameter alone, and starts an in-place Adasum allreduce of
+    ``delta = p - start``. ``step()`` waits for the deltas and sets ``p = start + delta``.
+    Adasum: Maleki et al., "Scaling Distributed Training with Adaptive Summation", MLSys 2021.
+    """
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step,
+                 process_set, defaults):
+        super().__init__(params)
+        self.defaults = defaults
+        self._compression = compression
+        self.backward_passes_per_step = backward_passes_per_step
+        self.op = Adasum
+        self.process_set = process_set
+        self._parameter_names = _name_parameters(self.param_groups, named_parameters,
+                                                 lambda _, j: f'allreduce.noname.{j}')
+        self._handles = {}
+        self._grad_accs = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        self._allreduce_delay = {p: backward_passes_per_step
+                                 for group in self.param_groups for p in group['params']}
+        self._starts = {p: torch.zeros_like(p, requires_grad=False)
+                        for group in self.param_groups for p in group['params']}
+        self._deltas = {}
+        for group in self.param_groups:
+            for p in group['params']:
+                if p.requires_grad:
+                    self._requires_update.add(p)
+                    self._grad_accs.append(_hook_grad_accumulator(p, self._make_hook(p)))
+
+    def _make_hook(self, p):
+        def hook(*_):
+            if self._allreduce_delay[p] <= 0:
+                raise AssertionError(_TOO_MANY_PASSES)
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                self._step_and_submit(p)
+        return hook
+
+    def _step_one(self, p):
+        """Runs the wrapped optimizer's step on ``p`` only (its state and hyper-parameters
+        as in its own param group)."""
+        saved = [group['params'] for group in self.param_groups]
+        try:
+            for group in self.param_groups:
+                group['params'] = [q for q in group['params'] if q is p]
+            super().step()
+        finally:
+            for group, params in zip(self.param_groups, saved, strict=True):
+                group['params'] = params
+
+    def _step_and_submit(self, p):
+        start = self._starts[p]
+        with torch.no_grad():
+            start.copy_(p)
+            self._step_one(p)
+            delta = p.detach() - start
+        compressed, ctx = self._compression.compress(delta)
+        handle = allreduce_async_(compressed, name=self._parameter_names[p], op=Adasum,
+                                  process_set=self.process_set)
+        self._handles[p] = (handle, ctx)
+
+    def synchronize(self):
+        """Does nothing: the Adasum optimizer combines parameter changes in ``step()``."""
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Not supported with Adasum.
+
+        Raises:
+            AssertionError: always; gradients cannot be modified between synchronization and
+                the step, since the local step runs during backward.
+        """
+        raise AssertionError('Skipping synchronization is not supported when using Adasum: '
+                             'the local optimizer step runs during backward.')
+        yield  # pragma: no cover (makes this a generator)
+
+    def step(self, closure=None):
+        """Finishes the step: runs the local step and starts the Adasum allreduce for the
+        parameters whose hook did not (no gradient on this rank, or fewer passes than
+        ``backward_passes_per_step``), waits for every delta and applies it.
+
+        Args:
+            closure: optional callable that re-evaluates the model and returns the loss; it is
+                called first.
+
+        Returns:
+            The closure's loss, or None.
+
+        Raises:
+            HorovodInternalError: an allreduce failed.
+        """
+        loss = closure() if closure is not None else None
+        try:
+            for group in self.param_groups:
+                for p in group['params']:
+                    if p in self._requires_update and p not in self._handles:
+                        self._step_and_submit(p)
+            with torch.no_grad():
+                for p, (handle, ctx) in self._handles.items():
+                    delta = self._compression.decompress(synchronize(handle), ctx)
+                    start = self._starts[p]
+                    start.add_(delta)
+                    p.copy_(start)
+        finally:
+            self._handles.clear()
+            self._reset_delays(self.backward_passes_per_step)
+        return loss
+
+    def zero_grad(self, set_to_none=True):
+        """As :meth:`_DistributedOptimizer.zero_grad`."""
+        if self._handles:
+            raise AssertionError(_ZERO_GRAD_PENDING)
+        return super().zero_grad(set_to_none)
+
+    def set_backward_passes_per_step(self, passes):
+        """As :meth:`_DistributedOptimizer.set_backward_passes_per_step`."""
+        _check_backward_passes(passes)
+        self.backward_passes_per_step = passes
+        self._reset_delays(passes)
+
+    def load_state_dict(self, *args, **kwargs):
+        """Forgets pending allreduces, then loads the state as the wrapped optimizer does."""
+        self._handles.clear()
+        self._reset_delays(self.backward_passes_per_step)
+        return super().load_state_dict(*args, **kwargs)
+
+    def _reset_delays(self, passes):
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    find_duplicates = staticmethod(_find_duplicates)
 
 
 def _check_backward_passes(passes):
@@ -327,7 +496,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             allreduced gradients.
         backward_passes_per_step: number of backward passes accumulated locally before the
             gradients are allreduced (positive int, default 1).
-        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``; or ``Adasum``:
+            with more than one rank, each rank then steps locally during backward and the
+            parameter changes are combined with Adasum in ``step()`` (groups, predivide and
+            ``sparse_as_dense`` do not apply; ``synchronize()`` does nothing).
         gradient_predivide_factor: with ``Average``, gradients are divided by this factor
             before the sum and multiplied by ``factor / size`` after it (default 1.0).
         num_groups: deprecated spelling of an int ``groups``.
@@ -335,7 +507,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             near-equal length, in rank 0's order) or a list of lists of parameters; each group
             is allreduced with one grouped allreduce once all its gradients are ready.
             Parameters in no group are allreduced alone. Default: no groups.
-        sparse_as_dense: convert sparse gradients to dense before the allreduce.
+        sparse_as_dense: convert sparse gradients to dense before the allreduce. Otherwise
+            a sparse gradient is reduced by allgathering its indices and values
+            (``sparse_allreduce_async``; ``op`` Average or Sum, not in a group).
         process_set: the ``ProcessSet`` to reduce over (default: all ranks).
 
     Returns:
@@ -347,14 +521,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             or a list of lists of tensors, or a tensor listed twice); ``named_parameters``
             entries that are not tuples, duplicate names, or parameters left unnamed; Horovod
             is not initialised.
-        NotImplementedError: ``op`` is ``Adasum`` (not available in this release).
+        NotImplementedError: ``op`` is ``Adasum`` with more than one rank and a process set
+            other than the global one.
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError('gradient_predivide_factor is only supported with op=Average, got '
                          f'op={op!r} and gradient_predivide_factor={gradient_predivide_factor}.')
-    if op == Adasum:
-        raise NotImplementedError('The Adasum optimizer is not available in this release of '
-                                  'horovod.torch.')
     if num_groups != 0:
         warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be '
                       'removed.', DeprecationWarning, stacklevel=2)
@@ -364,6 +536,15 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if groups is not None:
         _check_groups(groups)
 
+    # size() first: it raises a clear ValueError when Horovod is not initialised.
+    if op == Adasum and size() > 1:
+        if process_set is not global_process_set and process_set.process_set_id != 0:
+            raise NotImplementedError('The Adasum optimizer does not support process sets '
+                                      'other than the global one.')
+        cls = type(optimizer.__class__.__name__,
+                   (_DistributedAdasumOptimizer, optimizer.__class__), {'__module__': __name__})
+        return cls(optimizer.param_groups, named_parameters, compression,
+                   backward_passes_per_step, process_set, optimizer.defaults)
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__),
                {'__module__': __name__})
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
