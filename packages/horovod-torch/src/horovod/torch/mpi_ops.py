@@ -122,13 +122,20 @@ def _check_tensor_list(tensors, allowed_dtypes, op_name):
         _check_tensor(t, allowed_dtypes, op_name)
 
 
-def _check_reduce_op(op):
+def _check_reduce_op(op, process_set):
     if op == Adasum:
-        raise NotImplementedError('The Adasum reduction is not available in this release of '
-                                  'horovod.torch.')
+        # Adasum pairs ranks by recursive halving over the global set (core.md §6.10).
+        if process_set.process_set_id != global_process_set.process_set_id:
+            raise NotImplementedError('Adasum does not support process sets other than the '
+                                      'global process set.')
+        n = size()
+        if n & (n - 1):
+            raise NotImplementedError(f'Adasum on CPU tensors needs a power-of-2 number of '
+                                      f'ranks; non-power-of-2 ranks ({n}) are unsupported.')
+        return
     if op not in _REDUCE_OPS:
         raise ValueError(f'Unknown reduce op {op!r}; expected one of hvd.Average, hvd.Sum, '
-                         'hvd.Min, hvd.Max, hvd.Product.')
+                         'hvd.Min, hvd.Max, hvd.Product, hvd.Adasum.')
 
 
 def _process_set_id(process_set):
@@ -166,8 +173,8 @@ def _group_names(prefix, name, set_id, n):
 def _submit_allreduce(prefix, inputs, outputs, average, name, op, prescale_factor,
                       postscale_factor, process_set, grouped):
     op = handle_average_backwards_compatibility(op, average)
-    _check_reduce_op(op)
     set_id = _process_set_id(process_set)
+    _check_reduce_op(op, process_set)
     handle = _ops.new_handle()
     if grouped:
         names = _group_names(prefix, name, set_id, len(inputs))
@@ -201,7 +208,9 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
             automatic name ``allreduce.noname.<k>`` for the k-th unnamed allreduce on
             ``process_set`` (the ranks must then submit their unnamed allreduces on this set in
             the same order; other unnamed ops do not shift ``k``).
-        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max``, ``Product`` or ``Adasum``
+            (float tensors; Maleki et al., "Scaling Distributed Training with Adaptive
+            Summation", MLSys 2021).
         prescale_factor: factor applied to the input before the reduction.
         postscale_factor: factor applied to the result after the reduction.
         process_set: the ``ProcessSet`` to reduce over (default: all ranks).
@@ -212,7 +221,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     Raises:
         ValueError: unsupported dtype or device, non-contiguous tensor, ``op`` and ``average``
             both given, unknown op, a name already in flight, or an unregistered process set.
-        NotImplementedError: ``op`` is ``Adasum``.
+        NotImplementedError: ``op`` is ``Adasum`` with a process set other than the global
+            one, or with a number of ranks that is not a power of 2.
         HorovodInternalError: Horovod is not initialised or has been shut down.
     """
     _check_tensor(tensor, _REDUCE_DTYPES, 'allreduce')
