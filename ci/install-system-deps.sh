@@ -9,6 +9,8 @@ packages=(
   cmake         # scikit-build-core drives CMake (it falls back to the PyPI cmake if this is too old)
   ninja-build
   libgloo-dev   # the Gloo backend: collectives and the full mesh over TCP
+  libopenmpi-dev  # the MPI backend plugin links Open MPI (CMake finds it through mpicc)
+  openmpi-bin     # mpirun, for horovodrun --mpi and the MPI tests
 )
 
 # Debian's own Python needs its headers from a package; a python.org or pyenv build ships them.

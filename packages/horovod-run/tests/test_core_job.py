@@ -27,7 +27,7 @@ WORKER = textwrap.dedent("""
 def test_allreduce_job(tmp_path):
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
-    run = subprocess.run([sys.executable, "-m", "horovod.runner.launch", "-np", "3",
+    run = subprocess.run([sys.executable, "-m", "horovod.runner.launch", "--gloo", "-np", "3",
                           sys.executable, str(worker)],
                          capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout + run.stderr

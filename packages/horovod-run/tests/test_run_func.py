@@ -15,7 +15,7 @@ def test_results_by_rank():
         import os
         return int(os.environ["HOROVOD_RANK"]) * scale + shift + offset
 
-    assert run(fn, args=(2,), kwargs={"shift": 1}, num_proc=3) == [11, 13, 15]
+    assert run(fn, args=(2,), kwargs={"shift": 1}, num_proc=3, use_gloo=True) == [11, 13, 15]
 
 
 def test_horovod_run_is_runner_run():
@@ -30,7 +30,7 @@ def test_failing_function_fails_the_job(capfd):
         return "ok"
 
     with pytest.raises(RuntimeError, match="one or more processes exited with non-zero status"):
-        run(fn, num_proc=2)
+        run(fn, num_proc=2, use_gloo=True)
     err = capfd.readouterr().err
     assert "[1]<stderr>:The function run by horovod.run raised KeyError: 'boom'" in err
 

@@ -11,6 +11,7 @@ import warnings
 import yaml
 
 from horovod.runner import gloo_run as gloo_launcher
+from horovod.runner import mpi_run as mpi_launcher
 from horovod.runner.common.util import config_parser, hosts, secret, timeout
 from horovod.runner.common.util import settings as hvd_settings
 from horovod.runner.http.http_client import put_data_into_kvstore, read_data_from_kvstore
@@ -440,14 +441,24 @@ def _launch_job(args, settings, nics, driver_ip, command):
     config_parser.set_env_from_args(env, args)
     run_controller(args.use_gloo,
                    lambda: gloo_launcher.gloo_run(settings, nics, env, driver_ip, command),
-                   args.use_mpi, _mpi_run_unavailable,
+                   args.use_mpi,
+                   lambda: mpi_launcher.mpi_run(settings, nics, _mpi_worker_env(env), command),
                    args.use_jsrun, _js_run_unavailable,
                    settings.verbose)
 
 
-def _mpi_run_unavailable():
-    raise ValueError("launching with mpirun (--mpi) is not implemented in this release of "
-                     "horovodrun; use --gloo")
+def _mpi_worker_env(env):
+    """``env`` for workers started by mpirun: the MPI controller and MPI CPU operations.
+
+    The controller is forced, since an mpirun job has no rendezvous server for the Gloo-style
+    one; the CPU operations keep a value the user set. (Unlike the Gloo path, PYTHONUNBUFFERED
+    is not set: mpirun --tag-output tags every write, and unbuffered Python splits a print
+    into several writes.)
+    """
+    env = dict(env)
+    env["HOROVOD_CONTROLLER"] = "mpi"
+    env.setdefault("HOROVOD_CPU_OPERATIONS", "mpi")
+    return env
 
 
 def _js_run_unavailable():
@@ -459,8 +470,9 @@ GLOO_NOT_BUILT = ("Gloo support has not been built.  If this is not expected, en
                   "installed and reinstall Horovod with HOROVOD_WITH_GLOO=1 to debug the build "
                   "error.")
 MPI_NOT_BUILT = ("MPI support has not been built.  If this is not expected, ensure MPI is "
-                 "installed and reinstall Horovod with HOROVOD_WITH_MPI=1 to debug the build "
-                 "error.")
+                 "installed (Debian: openmpi-bin and libopenmpi-dev) and reinstall horovod-core "
+                 "with HOROVOD_WITH_MPI=1 to debug the build error; or launch with --gloo, which "
+                 "needs no MPI.")
 NO_LSF_JOB = ("Horovod did not detect an LSF job.  The jsrun launcher can only be used in that "
               "environment. Please, pick a different launcher for other environments.")
 NOTHING_BUILT = ("Neither MPI nor Gloo support has been built. Try reinstalling Horovod ensuring "
