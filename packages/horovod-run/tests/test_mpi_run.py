@@ -184,13 +184,6 @@ def test_function_mode_failure_names_exit_code():
             mpi_run(_settings(), None, {}, ["cmd"])
 
 
-def test_function_mode_secret_travels_in_the_environment_only():
-    key = secret.make_secret_key()
-    command, run_env = _run_and_capture(_settings(key=key), None, {"A": "1"}, ["cmd"])
-    assert run_env[secret.HOROVOD_SECRET_KEY] == key.hex()
-    assert key.hex() not in command and secret.HOROVOD_SECRET_KEY not in command
-
-
 def test_command_mode_replaces_the_process(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/from/driver")
     with _impl(OMPI_VERSION), mock.patch.object(mpi_mod.os, "execve") as execve:
@@ -264,8 +257,9 @@ def test_launch_job_gives_mpi_workers_the_mpi_controller(monkeypatch):
     args = launch.parse_args(["-np", "2", "--fusion-threshold-mb", "4", "--mpi-args=-v",
                               "--binding-args=-bind-to core", "python", "x.py"])
     args.hosts = "localhost:2"
+    monkeypatch.setenv(secret.HOROVOD_SECRET_KEY, "00")
     settings = _settings(run_func_mode=False, extra_mpi_args=args.mpi_args,
-                         binding_args=args.binding_args)
+                         binding_args=args.binding_args, key=b"k" * 32)
     with mock.patch.object(mpi_mod, "mpi_run") as mpi_run_mock:
         launch._launch_job(args, settings, ["lo"], "127.0.0.1", args.command)
     (called_settings, nics, env, command), _ = mpi_run_mock.call_args
@@ -275,3 +269,13 @@ def test_launch_job_gives_mpi_workers_the_mpi_controller(monkeypatch):
     assert env["HOROVOD_CPU_OPERATIONS"] == "gloo"
     assert env[config_parser.HOROVOD_FUSION_THRESHOLD] == str(4 * 1024 * 1024)
     assert settings.extra_mpi_args == "-v" and settings.binding_args == "-bind-to core"
+    assert secret.HOROVOD_SECRET_KEY not in env
+
+
+def test_function_mode_secret_travels_in_the_environment_only():
+    key = secret.make_secret_key()
+    env = launch._mpi_worker_env({"A": "1"}, _settings(key=key))
+    assert env[secret.HOROVOD_SECRET_KEY] == key.hex()
+    command, run_env = _run_and_capture(_settings(key=key), None, env, ["cmd"])
+    assert run_env[secret.HOROVOD_SECRET_KEY] == key.hex()
+    assert key.hex() not in command and secret.HOROVOD_SECRET_KEY not in command

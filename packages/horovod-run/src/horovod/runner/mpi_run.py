@@ -14,7 +14,7 @@ import shlex
 import sys
 
 from horovod.runner.common.util import env as env_util
-from horovod.runner.common.util import hosts, safe_shell_exec, secret, tiny_shell_exec
+from horovod.runner.common.util import hosts, safe_shell_exec, tiny_shell_exec
 
 _OMPI_IMPL = "OpenMPI"
 _SMPI_IMPL = "SpectrumMPI"
@@ -220,7 +220,9 @@ def mpi_run(settings, nics, env, command, stdout=None, stderr=None):
 
     In command mode (``settings.run_func_mode`` false) this process is replaced by mpirun
     (``os.execve``), so horovodrun's exit status is mpirun's. In function mode mpirun runs as
-    a child, and the job secret reaches the workers through mpirun's environment.
+    a child. Local ranks inherit mpirun's environment, so a variable that must not be named on
+    the command line (the job secret, ``env.IGNORE_REGEXES``) still reaches them through
+    ``env``.
 
     Raises:
         Exception: ``env`` is not a dict, no supported MPI is installed, or the hosts cannot
@@ -245,10 +247,6 @@ def mpi_run(settings, nics, env, command, stdout=None, stderr=None):
     for key in ("PATH", "PYTHONPATH"):
         if key not in run_env and key in os.environ:
             run_env[key] = os.environ[key]
-    if settings.run_func_mode and settings.key is not None:
-        # Local ranks inherit mpirun's environment; the variable is never named on the
-        # command line (env.IGNORE_REGEXES).
-        run_env[secret.HOROVOD_SECRET_KEY] = settings.key.hex()
 
     if settings.run_func_mode:
         exit_code = safe_shell_exec.execute(mpirun_command, env=run_env, stdout=stdout,
