@@ -14,8 +14,8 @@ input gradient needs besides local data.
 
 CUDA tensors use torch's fused kernels (``torch.batch_norm_stats``,
 ``torch.batch_norm_gather_stats_with_counts``, ``torch.batch_norm_backward_reduce``,
-``torch.batch_norm_backward_elemt``); torch has no CPU kernels for them, so CPU tensors use the
-same formulas written with tensor ops. The collectives carry only per-channel vectors, which
+``torch.batch_norm_backward_elemt``); torch has no CPU kernels for them, so CPU tensors (and
+empty CUDA batches) use the same formulas written with tensor ops. The collectives carry only per-channel vectors, which
 travel through CPU tensors whatever the input's device.
 """
 
@@ -46,18 +46,15 @@ def _stats_dtype(x):
     return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
 
 
-def _cpu_stats(x, eps):
+def _plain_stats(x, eps):
     var, mean = torch.var_mean(x.to(_stats_dtype(x)), dim=_reduce_dims(x), correction=0)
     return mean, torch.rsqrt(var + eps)
 
 
-def _cpu_gather_stats(x, mean_all, invstd_all, running_mean, running_var, momentum, eps,
+def _plain_gather_stats(x, mean_all, invstd_all, running_mean, running_var, momentum, eps,
                       counts):
     counts = counts.to(mean_all.dtype).unsqueeze(1)
-    present = counts > 0
-    # A rank with an empty batch reports NaN statistics; its weight is zero, keep NaN out.
-    mean_all = torch.where(present, mean_all, 0)
-    var_all = torch.where(present, invstd_all.pow(-2) - eps, 0)
+    var_all = invstd_all.pow(-2) - eps
     total = counts.sum()
     mean = (counts * mean_all).sum(0) / total
     var = (counts * (var_all + (mean_all - mean).pow(2))).sum(0) / total
@@ -70,7 +67,7 @@ def _cpu_gather_stats(x, mean_all, invstd_all, running_mean, running_var, moment
     return mean, torch.rsqrt(var + eps)
 
 
-def _cpu_backward_reduce(dy, x, mean, invstd, weight, input_g, weight_g, bias_g):
+def _plain_backward_reduce(dy, x, mean, invstd, weight, input_g, weight_g, bias_g):
     dims = _reduce_dims(x)
     dy = dy.to(mean.dtype)
     sum_dy = dy.sum(dims)
@@ -80,7 +77,7 @@ def _cpu_backward_reduce(dy, x, mean, invstd, weight, input_g, weight_g, bias_g)
     return sum_dy, sum_dy_xmu, grad_weight, grad_bias
 
 
-def _cpu_backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts):
+def _plain_backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts):
     total = counts.sum().to(mean.dtype)
     scale = invstd if weight is None else invstd * weight.to(mean.dtype)
     xmu = x.to(mean.dtype) - _per_channel(mean, x)
@@ -90,11 +87,12 @@ def _cpu_backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts)
 
 
 def _kernels(x):
-    """(stats, gather_stats, backward_reduce, backward_elemt) for ``x``'s device."""
-    if x.is_cuda:
+    """(stats, gather_stats, backward_reduce, backward_elemt) for ``x``: torch's fused kernels
+    for a non-empty CUDA tensor, else the same formulas in tensor ops (any device)."""
+    if x.is_cuda and x.numel() > 0:
         return (torch.batch_norm_stats, torch.batch_norm_gather_stats_with_counts,
                 torch.batch_norm_backward_reduce, torch.batch_norm_backward_elemt)
-    return _cpu_stats, _cpu_gather_stats, _cpu_backward_reduce, _cpu_backward_elemt
+    return _plain_stats, _plain_gather_stats, _plain_backward_reduce, _plain_backward_elemt
 
 
 def _allgather(tensor, name, process_set):
@@ -120,10 +118,12 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             raise ValueError('SyncBatchNorm expects more than 1 value per channel when training, '
                              f'summed over the process set; this rank has input size '
                              f'{list(x.shape)}.')
-        mean_all = mean_all.view(-1, channels)
-        invstd_all = invstd_all.view(-1, channels)
+        # Ranks with an empty batch report NaN statistics; they carry no weight, leave them out.
+        present = counts.view(-1) > 0
+        mean_all = mean_all.view(-1, channels)[present]
+        invstd_all = invstd_all.view(-1, channels)[present]
         mean, invstd = gather_stats(x, mean_all, invstd_all, running_mean, running_var, momentum,
-                                    eps, counts.view(-1))
+                                    eps, counts.view(-1)[present])
         y = (x.to(mean.dtype) - _per_channel(mean, x)) * _per_channel(invstd, x)
         if weight is not None:
             y = y * _per_channel(weight.to(mean.dtype), x)
