@@ -479,7 +479,7 @@ auto Checked(F&& f) -> decltype(f()) {
 }
 
 void Init(const std::map<std::string, std::string>& env, nb::object store, const std::string& key_prefix,
-          const std::vector<std::vector<int>>& process_sets) {
+          const std::vector<std::vector<int>>& process_sets, intptr_t mpi_comm, const std::vector<int>& mpi_ranks) {
   std::lock_guard<std::mutex> lock(g_engine_mu);
   if (g_engine) return;
   Config config;
@@ -490,18 +490,10 @@ void Init(const std::map<std::string, std::string>& env, nb::object store, const
   }
   std::unique_ptr<Store> python_store;
   if (!store.is_none()) python_store = std::make_unique<PythonStore>(store);
-  for (const auto& ranks : process_sets) {
-    for (int r : ranks) {
-      if (r < 0 || r >= config.size) {
-        throw nb::value_error(("Process set rank " + std::to_string(r) + " is out of range: expected 0 <= rank < " +
-                               std::to_string(config.size) + ".").c_str());
-      }
-    }
-  }
   std::unique_ptr<Engine> engine;
   try {
     nb::gil_scoped_release release;
-    engine = Engine::Start(config, std::move(python_store), key_prefix, process_sets);
+    engine = Engine::Start(config, std::move(python_store), key_prefix, process_sets, mpi_comm, mpi_ranks);
   } catch (const EngineError& e) {
     TranslateStatus(e.status());
   }
@@ -534,6 +526,7 @@ NB_MODULE(_core, m) {
       d["rendezvous_addr"] = c.rendezvous_addr; d["rendezvous_port"] = c.rendezvous_port;
       d["gloo_timeout_seconds"] = c.gloo_timeout_seconds; d["elastic"] = c.elastic;
       d["dynamic_process_sets"] = c.dynamic_process_sets; d["timeline"] = c.timeline;
+      d["backend"] = CpuBackendName(c); d["launched_by_mpi"] = c.launched_by_mpi;
       return d;
     } catch (const EngineError& e) {
       TranslateStatus(e.status());
@@ -547,7 +540,13 @@ NB_MODULE(_core, m) {
   }, "Every HOROVOD_* runtime variable as (name, default, description).");
 
   m.def("init", &Init, nb::arg("env"), nb::arg("store").none(), nb::arg("key_prefix"),
-        nb::arg("process_sets") = std::vector<std::vector<int>>());
+        nb::arg("process_sets") = std::vector<std::vector<int>>(), nb::arg("mpi_comm") = 0,
+        nb::arg("mpi_ranks") = std::vector<int>());
+  m.def("mpi_threads_supported", [] { return RequireEngineForQuery()->mpi_threads_supported(); });
+  m.def("mpi_finalize", [] { BackendRegistry::FinalizeMpi(); },
+        "Finalizes MPI if Horovod's MPI backend initialised it (at interpreter exit, after shutdown).");
+  m.def("plugin_error", &BackendRegistry::PluginError, nb::arg("name"),
+        "Why a backend plugin could not be loaded (\"\" when it was).");
   m.def("shutdown", &Shutdown);
   m.def("is_initialized", [] { return CurrentEngine() != nullptr; });
   m.def("rank", [] { return RequireEngineForQuery()->config().rank; });

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,6 +27,12 @@ struct BackendOptions {
   std::string iface;           // network interface for the data transport ("" = by hostname)
   std::string hostname;        // address to listen on when no interface is given
   std::chrono::milliseconds timeout{30000};
+  // MPI only: an mpi4py communicator handle to use instead of MPI_COMM_WORLD (0: none), or the
+  // ranks of MPI_COMM_WORLD to restrict Horovod to (empty: all), and whether to initialise MPI
+  // without thread support (HOROVOD_MPI_THREADS_DISABLE).
+  intptr_t mpi_comm = 0;
+  std::vector<int> mpi_ranks;
+  bool mpi_threads_disable = false;
 };
 
 class Backend {
@@ -35,6 +42,11 @@ class Backend {
   virtual const char* name() const = 0;
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Backends that know the job's layout themselves (MPI, from its launcher) report it; the others
+  // return false and the launcher's HOROVOD_* variables are used.
+  virtual bool Topology(int* local_rank, int* local_size, int* cross_rank, int* cross_size) { return false; }
+  // MPI: whether MPI runs with MPI_THREAD_MULTIPLE.
+  virtual bool threads_supported() const { return false; }
 
   // Control plane. Gatherv returns every rank's bytes on `root` (empty elsewhere); Broadcast
   // replaces `data` on non-roots with root's bytes.
@@ -77,8 +89,14 @@ class BackendRegistry {
  public:
   // Called from a static initialiser in each built backend's source file.
   static bool Register(const std::string& name, BackendFactory factory);
+  // Built backends: those compiled in, plus "mpi" when its plugin (_mpi_backend.so beside the
+  // core) loads, which needs the MPI library it was built against.
   static bool Built(const std::string& name);
   static std::vector<std::string> Names();
+  // Why the MPI plugin could not be loaded ("" when it was).
+  static std::string PluginError(const std::string& name);
+  // Finalizes MPI at exit if the MPI plugin initialised it.
+  static void FinalizeMpi();
   // Throws EngineError(PRECONDITION_ERROR) naming the backend when it was not built.
   static std::unique_ptr<Backend> Create(const std::string& name, const BackendOptions& options);
 };

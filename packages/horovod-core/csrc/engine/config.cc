@@ -145,10 +145,18 @@ const std::vector<Knob>& Knobs() {
   return knobs;
 }
 
+namespace {
+// Variables that MPI launchers (Open MPI's mpirun, Hydra/PMI, PMIx) give their processes.
+const char* const kMpiLauncherVariables[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"};
+}  // namespace
+
 std::map<std::string, std::string> ReadEnvironment() {
   std::map<std::string, std::string> env;
   for (const Knob& knob : Knobs()) {
     if (const char* value = std::getenv(knob.name)) env[knob.name] = value;
+  }
+  for (const char* name : kMpiLauncherVariables) {
+    if (const char* value = std::getenv(name)) env[name] = value;
   }
   return env;
 }
@@ -160,6 +168,7 @@ Config ParseConfig(const std::map<std::string, std::string>& env) {
     if (it == env.end()) continue;
     knob.apply(config, it->second);
   }
+  for (const char* name : kMpiLauncherVariables) config.launched_by_mpi = config.launched_by_mpi || env.count(name);
   if (config.rank >= config.size) {
     throw EngineError(Status::InvalidArgument("HOROVOD_RANK=" + std::to_string(config.rank) +
                                               " must be smaller than HOROVOD_SIZE=" + std::to_string(config.size) +

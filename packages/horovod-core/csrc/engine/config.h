@@ -48,6 +48,8 @@ struct Config {
   bool elastic = false;
   bool dynamic_process_sets = false;
   bool mpi_threads_disable = false;
+  // Started by an MPI launcher (its variables are in the environment): MPI is the default backend.
+  bool launched_by_mpi = false;
   bool hierarchical_allreduce = false;
   bool hierarchical_allgather = false;
   bool torus_allreduce = false;

@@ -24,11 +24,16 @@ const char* const kShutdownMessage =
 
 namespace {
 
+}  // namespace
+
 std::string CpuBackendName(const Config& config) {
   if (!config.cpu_operations.empty()) return config.cpu_operations;
   if (!config.controller.empty()) return config.controller;
+  if (config.launched_by_mpi && BackendRegistry::Built("mpi")) return "mpi";
   return "gloo";
 }
+
+namespace {
 
 // Every rank's bytes, on every rank (a gather to rank 0 and a broadcast of the concatenation).
 std::vector<std::vector<char>> AllgatherBytes(Backend& backend, const std::vector<char>& mine) {
@@ -79,7 +84,8 @@ bool ProcessGone(int64_t pid) {
 
 std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Store> store,
                                       const std::string& key_prefix,
-                                      const std::vector<std::vector<int>>& process_sets) {
+                                      const std::vector<std::vector<int>>& process_sets, intptr_t mpi_comm,
+                                      const std::vector<int>& mpi_ranks) {
   SetLogLevel(config.log_level, config.log_hide_time);
   std::unique_ptr<Engine> engine(new Engine(config));
   engine->store_ = store ? std::move(store) : std::make_unique<MemoryStore>();
@@ -92,13 +98,24 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   options.iface = config.gloo_iface;
   options.hostname = config.local_size == config.size ? "127.0.0.1" : config.hostname;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.gloo_timeout_seconds * 1000));
+  options.mpi_comm = mpi_comm;
+  options.mpi_ranks = mpi_ranks;
+  options.mpi_threads_disable = config.mpi_threads_disable;
   std::unique_ptr<Backend> backend = BackendRegistry::Create(CpuBackendName(config), options);
   Backend& global = *backend;
   engine->backend_name_ = global.name();
+  // MPI knows the job's layout from its launcher; the HOROVOD_* topology variables are not needed.
+  Config& layout = engine->config_;
+  if (global.Topology(&layout.local_rank, &layout.local_size, &layout.cross_rank, &layout.cross_size)) {
+    layout.rank = global.rank();
+    layout.size = global.size();
+  }
 
   // Topology facts and the static process sets, agreed by every rank.
   std::ostringstream me;
-  me << config.local_size << "\n" << config.hostname << "\n" << ::getpid();
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  me << engine->config_.local_size << "\n" << host << "\n" << ::getpid();
   std::string mine_text = me.str();
   std::vector<std::vector<char>> all = AllgatherBytes(global, std::vector<char>(mine_text.begin(), mine_text.end()));
   for (const auto& bytes : all) {
@@ -107,36 +124,45 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
     std::string host;
     int64_t pid = 0;
     in >> local_size >> host >> pid;
-    if (local_size != config.local_size) engine->homogeneous_ = false;
+    if (local_size != engine->config_.local_size) engine->homogeneous_ = false;
     engine->peers_.emplace_back(host, pid);
+  }
+  for (const auto& ranks : process_sets) {
+    for (int r : ranks) {
+      if (r < 0 || r >= global.size()) {
+        throw EngineError(Status::InvalidArgument("Process set rank " + std::to_string(r) +
+                                                  " is out of range: expected 0 <= rank < " +
+                                                  std::to_string(global.size()) + "."));
+      }
+    }
   }
   std::vector<char> my_sets = PackInts(process_sets);
   std::vector<std::vector<char>> sets_everywhere = AllgatherBytes(global, my_sets);
-  for (int r = 0; r < config.size; ++r) {
+  for (int r = 0; r < global.size(); ++r) {
     if (sets_everywhere[r] != my_sets) {
       throw EngineError(Status::InvalidArgument(
           "hvd.init(process_sets=...) must be given the same process sets on every rank; rank " +
-          std::to_string(config.rank) + " has " + std::string(my_sets.begin(), my_sets.end()) + " but rank " +
+          std::to_string(global.rank()) + " has " + std::string(my_sets.begin(), my_sets.end()) + " but rank " +
           std::to_string(r) + " has " + std::string(sets_everywhere[r].begin(), sets_everywhere[r].end()) + "."));
     }
   }
 
   auto global_set = std::make_shared<ProcessSet>();
   global_set->id = 0;
-  for (int r = 0; r < config.size; ++r) global_set->ranks.push_back(r);
-  global_set->set_rank = config.rank;
+  for (int r = 0; r < global.size(); ++r) global_set->ranks.push_back(r);
+  global_set->set_rank = global.rank();
   global_set->backend = std::move(backend);
-  Timeline* timeline = config.rank == 0 ? &engine->timeline_ : nullptr;
+  Timeline* timeline = global.rank() == 0 ? &engine->timeline_ : nullptr;
   global_set->controller = std::make_unique<Controller>(*global_set->backend, global_set->ranks, engine->config_, timeline);
   engine->sets_[0] = global_set;
   for (const auto& ranks : process_sets) engine->CreateProcessSet(engine->next_id_++, ranks);
 
   engine->timeline_enabled_ = !config.timeline.empty();
-  if (engine->timeline_enabled_ && config.timeline != "DYNAMIC" && config.rank == 0) {
+  if (engine->timeline_enabled_ && config.timeline != "DYNAMIC" && engine->config_.rank == 0) {
     engine->timeline_.Start(config.timeline, config.timeline_mark_cycles);
   }
   engine->thread_ = std::thread(&Engine::BackgroundLoop, engine.get());
-  HVD_LOG(INFO) << "Horovod initialized: rank " << config.rank << " of " << config.size << ", backend "
+  HVD_LOG(INFO) << "Horovod initialized: rank " << engine->config_.rank << " of " << engine->config_.size << ", backend "
                 << engine->backend_name_;
   return engine;
 }
@@ -216,6 +242,11 @@ void Engine::StartTimeline(const std::string& path, bool mark_cycles) {
 
 void Engine::StopTimeline() {
   if (config_.rank == 0) timeline_.Stop();
+}
+
+bool Engine::mpi_threads_supported() {
+  std::shared_ptr<ProcessSet> global = FindSet(0);
+  return global && global->backend && global->backend->threads_supported();
 }
 
 NegotiationStats Engine::GlobalStats() {

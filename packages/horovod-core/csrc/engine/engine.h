@@ -21,6 +21,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstddef>
 #include <deque>
 #include <map>
 #include <memory>
@@ -56,9 +57,12 @@ class Engine {
   // single process), the static process sets `process_sets` (ids 1, 2, ... in order; every rank
   // must pass the same lists), and starts the background thread. Throws EngineError or
   // std::exception on failure.
+  // MPI only: `mpi_comm` (an mpi4py communicator handle, 0 for none) or `mpi_ranks` (ranks of
+  // MPI_COMM_WORLD) restrict Horovod to a sub-communicator.
   static std::unique_ptr<Engine> Start(const Config& config, std::unique_ptr<Store> store,
                                        const std::string& key_prefix,
-                                       const std::vector<std::vector<int>>& process_sets);
+                                       const std::vector<std::vector<int>>& process_sets, intptr_t mpi_comm = 0,
+                                       const std::vector<int>& mpi_ranks = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -94,6 +98,7 @@ class Engine {
   const Config& config() const { return config_; }
   bool is_homogeneous() const { return homogeneous_; }
   const char* backend_name() const { return backend_name_; }
+  bool mpi_threads_supported();
 
  private:
   explicit Engine(const Config& config);
@@ -151,6 +156,10 @@ class Engine {
   std::mutex stats_mu_;
   std::thread thread_;
 };
+
+// The backend a config selects: HOROVOD_CPU_OPERATIONS, else HOROVOD_CONTROLLER, else MPI when the
+// process was started by an MPI launcher and the MPI backend is available, else Gloo.
+std::string CpuBackendName(const Config& config);
 
 // Text of the error every pending and later operation gets after a shutdown.
 extern const char* const kShutdownMessage;

@@ -28,6 +28,21 @@ class _RendezvousStore:
         return self._client.get(self._scope, key)
 
 
+def _shutdown_at_exit():
+    _core.shutdown()
+    _core.mpi_finalize()
+
+
+def _ranks_of_comm(comm, parent_handle):
+    """Ranks, in Horovod's global communicator, of the members of mpi4py communicator ``comm``."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    if parent_handle:
+        world = MPI.Comm.fromhandle(parent_handle)
+    return sorted(int(r) for r in comm.Get_group().Translate_ranks(list(range(comm.Get_size())),
+                                                                   world.Get_group()))
+
+
 class HorovodBasics:
     """Basics of one Horovod process; each framework package creates one and re-exports its
     methods (``hvd.init``, ``hvd.rank``, ...). All instances share the process's single engine."""
@@ -76,11 +91,7 @@ class HorovodBasics:
                 and the duplicate's ``process_set_id`` is None).
         """
         from horovod.common import process_sets as _process_sets
-        if comm not in (None, []):
-            raise ValueError(
-                "hvd.init(comm=...) needs the MPI controller (a list of ranks or an mpi4py "
-                "communicator), and this build of Horovod was not built with MPI; call hvd.init() "
-                "without comm.")
+        mpi_comm, mpi_ranks = self._parse_comm(comm)
         if isinstance(process_sets, str):
             if process_sets.lower() != "dynamic":
                 raise ValueError(f"process_sets must be a list of ProcessSet objects or 'dynamic', "
@@ -91,13 +102,13 @@ class HorovodBasics:
         for ps in process_sets:
             if not isinstance(ps, _process_sets.ProcessSet):
                 raise ValueError(f"process_sets must contain ProcessSet objects, got {ps!r}")
-            if ps.mpi_comm is not None:
-                raise ValueError("A ProcessSet built from an mpi4py communicator needs the MPI "
-                                 "controller, which this build of Horovod does not have.")
+            if ps.mpi_comm is not None and mpi_ranks:
+                raise NotImplementedError("hvd.init(comm=[ranks]) cannot be combined with process sets "
+                                          "built from mpi4py communicators.")
         _process_sets._setup(self)
         with HorovodBasics._lock:
             if not _core.is_initialized():
-                self._start(process_sets)
+                self._start(process_sets, mpi_comm, mpi_ranks)
         duplicates = _process_sets._init_process_sets(process_sets)
         if duplicates:
             index = duplicates[0]
@@ -106,11 +117,41 @@ class HorovodBasics:
                 "entry or the global process set; it was not registered (Horovod is initialised "
                 "with the other sets).")
 
-    def _start(self, process_sets):
+    def _parse_comm(self, comm):
+        """(mpi4py communicator handle or 0, list of MPI_COMM_WORLD ranks) for ``init(comm=...)``."""
+        if comm is None or (isinstance(comm, (list, tuple)) and len(comm) == 0):
+            return 0, []
+        if not self.mpi_built():
+            raise ValueError("hvd.init(comm=...) needs MPI (a list of ranks or an mpi4py communicator), and "
+                             f"this build of Horovod was not built with MPI: {_core.plugin_error('mpi')}.")
+        if hasattr(comm, "Get_rank") and hasattr(comm, "handle"):
+            return int(comm.handle), []
+        try:
+            ranks = sorted(int(r) for r in comm)
+        except TypeError:
+            raise ValueError(f"Wrong type for comm: expected a list of ranks or an mpi4py communicator, "
+                             f"got {type(comm).__name__}.") from None
+        return 0, ranks
+
+    def _start(self, process_sets, mpi_comm=0, mpi_ranks=()):
         env = _core.read_environment()
         config = _core.parse_config(env)
+        if (mpi_comm or mpi_ranks) and config["backend"] != "mpi":
+            # comm= only makes sense over MPI: ask for it explicitly.
+            env["HOROVOD_CONTROLLER"] = "mpi"
+            env["HOROVOD_CPU_OPERATIONS"] = "mpi"
+            config = _core.parse_config(env)
+        if mpi_ranks:
+            from mpi4py import MPI
+            if MPI.COMM_WORLD.Get_rank() not in mpi_ranks:
+                raise ValueError(f"hvd.init(comm={list(mpi_ranks)}): this process (MPI rank "
+                                 f"{MPI.COMM_WORLD.Get_rank()}) is not one of those ranks.")
+        # Resolve process sets built from mpi4py communicators into global ranks.
+        for ps in process_sets:
+            if ps.mpi_comm is not None and ps.ranks is None:
+                ps.ranks = _ranks_of_comm(ps.mpi_comm, mpi_comm)
         store = None
-        if config["size"] > 1:
+        if config["size"] > 1 and config["backend"] != "mpi":
             if not config["rendezvous_addr"]:
                 raise ValueError(
                     f"HOROVOD_SIZE={config['size']} but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: "
@@ -131,12 +172,12 @@ class HorovodBasics:
         # successive inits against one rendezvous service apart.
         prefix = f"init{HorovodBasics._init_count}."
         try:
-            _core.init(env, store, prefix, static_sets)
+            _core.init(env, store, prefix, static_sets, mpi_comm, list(mpi_ranks))
         except Exception as e:
             raise ValueError(f"Horovod initialization failed: {e}. See the log output above "
                              "for details.") from e
         if not HorovodBasics._atexit_registered:
-            atexit.register(_core.shutdown)
+            atexit.register(_shutdown_at_exit)
             HorovodBasics._atexit_registered = True
 
     def shutdown(self):
@@ -179,17 +220,24 @@ class HorovodBasics:
         return _core.is_homogeneous()
 
     def mpi_threads_supported(self):
-        """Raises ValueError: the MPI controller is not in use (not built)."""
+        """Whether MPI was initialised with MPI_THREAD_MULTIPLE (not with
+        ``HOROVOD_MPI_THREADS_DISABLE=1``).
+
+        Raises:
+            ValueError: Horovod is not initialised, or the MPI controller is not in use.
+        """
         _require_initialized()
-        raise ValueError("mpi_threads_supported() needs the MPI controller, which is not in use "
-                         "(this build of Horovod has no MPI).")
+        if not self.mpi_enabled():
+            raise ValueError("mpi_threads_supported() needs the MPI controller, which is not in use "
+                             f"(the {_core.backend_name()} controller is).")
+        return _core.mpi_threads_supported()
 
     def mpi_enabled(self):
-        """Whether the MPI controller is in use: never in this build."""
-        return False
+        """Whether the MPI controller is in use in this run."""
+        return _core.is_initialized() and _core.backend_name() == "mpi"
 
     def mpi_built(self):
-        """Whether Horovod was built with MPI."""
+        """Whether Horovod was built with MPI (its MPI backend plugin loads)."""
         return "mpi" in _core.built_backends()
 
     def gloo_enabled(self):
@@ -269,6 +317,13 @@ class HorovodBasics:
         return _core.remove_process_set(process_set_id)
 
     def _comm_process_set_id(self, comm):
-        """The process set id of an mpi4py communicator: needs MPI, which this build lacks."""
-        raise ValueError("Process sets from mpi4py communicators need the MPI controller, which "
-                         "this build of Horovod does not have.")
+        """The id of the registered process set whose ranks are the members of mpi4py
+        communicator ``comm``; ValueError when there is none or MPI is not in use."""
+        if not self.mpi_enabled():
+            raise ValueError("Process sets from mpi4py communicators need the MPI controller, which is "
+                             "not in use.")
+        ranks = _ranks_of_comm(comm, 0)
+        for set_id, set_ranks in self._get_process_set_ids_and_ranks().items():
+            if set_ranks == ranks:
+                return set_id
+        raise ValueError(f"No process set is registered for the communicator's ranks {ranks}.")

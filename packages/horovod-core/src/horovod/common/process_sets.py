@@ -23,11 +23,19 @@ class ProcessSet:
     mpi_comm = None
 
     def __init__(self, ranks_or_comm):
+        if hasattr(ranks_or_comm, "Get_group") and hasattr(ranks_or_comm, "handle"):
+            # An mpi4py communicator: its members' global ranks are resolved by hvd.init().
+            from horovod.common import _core
+            if "mpi" not in _core.built_backends():
+                raise ValueError("ProcessSet expects a list of ranks or an mpi4py Comm; mpi4py "
+                                 "communicators need a build of Horovod with MPI, which this is not.")
+            self.mpi_comm = ranks_or_comm
+            return
         try:
             ranks = list(ranks_or_comm)
         except TypeError:
-            raise ValueError("ProcessSet expects a list of ranks or an mpi4py Comm; mpi4py "
-                             "communicators need a build of Horovod with MPI, which this is not.") from None
+            raise ValueError("ProcessSet expects a list of ranks or an mpi4py Comm, got "
+                             f"{type(ranks_or_comm).__name__}.") from None
         if not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
             raise ValueError(f"ProcessSet expects a list of ranks or an mpi4py Comm, got {ranks_or_comm!r}")
         self.ranks = sorted(ranks)
