@@ -117,7 +117,8 @@ def _rank_lines(output):
 @needs_mpirun
 def test_mpi_launch_environment(tmp_path):
     worker = _script(tmp_path, "w.py", ENV_WORKER)
-    env = dict(os.environ, FORWARDED_BY_NAME="yes", HOROVOD_CONTROLLER="gloo")
+    env = dict(os.environ, FORWARDED_BY_NAME="yes", HOROVOD_CONTROLLER="gloo",
+               HOROVOD_CPU_OPERATIONS="gloo")
     run = _horovodrun_fake_mpi(tmp_path, ["-np", "2", "--mpi", "--fusion-threshold-mb", "2",
                                           sys.executable, worker], env=env)
     assert run.returncode == 0, run.stdout + run.stderr

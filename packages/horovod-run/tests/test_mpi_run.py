@@ -265,8 +265,7 @@ def test_launch_job_gives_mpi_workers_the_mpi_controller(monkeypatch):
     (called_settings, nics, env, command), _ = mpi_run_mock.call_args
     assert called_settings is settings and nics == ["lo"] and command == ["python", "x.py"]
     assert env["HOROVOD_CONTROLLER"] == "mpi"
-    # A CPU-operations choice the user made is kept.
-    assert env["HOROVOD_CPU_OPERATIONS"] == "gloo"
+    assert env["HOROVOD_CPU_OPERATIONS"] == "mpi"
     assert env[config_parser.HOROVOD_FUSION_THRESHOLD] == str(4 * 1024 * 1024)
     assert settings.extra_mpi_args == "-v" and settings.binding_args == "-bind-to core"
     assert secret.HOROVOD_SECRET_KEY not in env

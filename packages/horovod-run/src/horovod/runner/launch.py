@@ -451,15 +451,15 @@ def _launch_job(args, settings, nics, driver_ip, command):
 def _mpi_worker_env(env, settings):
     """``env`` for workers started by mpirun: the MPI controller and MPI CPU operations.
 
-    The controller is forced, since an mpirun job has no rendezvous server for the Gloo-style
-    one; the CPU operations keep a value the user set. In function mode the job secret of the
-    KV store is added; mpirun never names it on its command line. (Unlike the Gloo path,
-    PYTHONUNBUFFERED is not set: mpirun --tag-output tags every write, and unbuffered Python
-    splits a print into several writes.)
+    Both replace inherited values: an mpirun job has no rendezvous server, which the Gloo
+    controller and Gloo CPU operations need. In function mode the job secret of the KV store is
+    added; mpirun never names it on its command line. (Unlike the Gloo path, PYTHONUNBUFFERED is
+    not set: mpirun --tag-output tags every write, and unbuffered Python splits a print into
+    several writes.)
     """
     env = dict(env)
     env["HOROVOD_CONTROLLER"] = "mpi"
-    env.setdefault("HOROVOD_CPU_OPERATIONS", "mpi")
+    env["HOROVOD_CPU_OPERATIONS"] = "mpi"
     if settings.run_func_mode and settings.key is not None:
         env[secret.HOROVOD_SECRET_KEY] = settings.key.hex()
     else:
