@@ -108,3 +108,21 @@ def test_process_set_from_mpi4py_communicator(tmp_path):
         assert r["ranks"] == [0, 2] and r["id"] == 1, r
         if rank % 2 == 0:
             assert r["sum"] == 2.0 and r["comm_id"] == 1, r
+
+
+def test_mpi_requested_but_not_built(tmp_path):
+    # A copy of the installed package without the MPI plugin stands for a build without MPI.
+    import horovod.common
+    source = os.path.dirname(os.path.dirname(horovod.common.__file__))
+    shutil.copytree(source, tmp_path / "horovod", ignore=shutil.ignore_patterns("_mpi_backend*", "__pycache__"))
+    script = ("from horovod.common.basics import HorovodBasics\n"
+              "hvd = HorovodBasics()\n"
+              "print('mpi_built', hvd.mpi_built())\n"
+              "hvd.init()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_")}
+    env.update({"PYTHONPATH": str(tmp_path), "HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"})
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "mpi_built False" in proc.stdout, proc.stdout
+    assert "MPI was requested" in proc.stderr and "no usable MPI backend" in proc.stderr, proc.stderr
