@@ -5,6 +5,9 @@ Each parameter's gradient is allreduced as soon as backward has finished accumul
 on the parameter's gradient accumulator submits an asynchronous in-place allreduce, so
 communication overlaps the rest of the backward pass. ``step()`` (or an explicit
 ``synchronize()``) waits for the allreduces, then runs the wrapped optimizer's step.
+
+With ``op=Adasum`` and more than one rank, each rank instead steps locally during backward and
+the parameter changes are combined with Adasum (``_DistributedAdasumOptimizer``).
 """
 
 import contextlib
@@ -12,8 +15,8 @@ import os
 import warnings
 
 from horovod.common.util import split_list
-from horovod.torch.compression import Compression
 from horovod.torch import mpi_ops
+from horovod.torch.compression import Compression
 from horovod.torch.functions import broadcast_object
 from horovod.torch.mpi_ops import (
     Adasum,
