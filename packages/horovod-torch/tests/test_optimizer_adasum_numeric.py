@@ -33,7 +33,9 @@ def loss_fn(model, rank, step, k):
 
 
 SCENARIOS = {'plain': {}, 'accumulated': {'backward_passes_per_step': 2},
-             'closure': {'closure': True}}
+             'closure': {'closure': True},
+             # Default names repeat across param groups; the allreduces must not collide.
+             'param_groups_unnamed': {'param_groups': True}}
 
 
 def train_worker():
@@ -44,9 +46,16 @@ def train_worker():
     for name, scenario in SCENARIOS.items():
         model = Net()
         passes = scenario.get('backward_passes_per_step', 1)
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                       named_parameters=model.named_parameters(),
-                                       op=hvd.Adasum, backward_passes_per_step=passes)
+        if scenario.get('param_groups'):
+            base = torch.optim.SGD([{'params': model.fc1.parameters()},
+                                    {'params': list(model.fc2.parameters())
+                                     + list(model.extra.parameters())}], lr=LR)
+            named = None
+        else:
+            base = torch.optim.SGD(model.parameters(), lr=LR)
+            named = model.named_parameters()
+        opt = hvd.DistributedOptimizer(base, named_parameters=named, op=hvd.Adasum,
+                                       backward_passes_per_step=passes)
         losses = []
         for step in range(STEPS):
             opt.zero_grad()

@@ -331,6 +331,13 @@ class _DistributedAdasumOptimizer:
         self.process_set = process_set
         self._parameter_names = _name_parameters(self.param_groups, named_parameters,
                                                  lambda _, j: f'allreduce.noname.{j}')
+        # The default names restart in each param group, so with several groups they repeat,
+        # and two allreduces of one name cannot be in flight at once: those are submitted
+        # under names that also carry the group index.
+        self._allreduce_names = dict(self._parameter_names)
+        if named_parameters is None and len(self.param_groups) > 1:
+            self._allreduce_names = _name_parameters(
+                self.param_groups, None, lambda i, j: f'allreduce.noname.{i}.{j}')
         self._handles = {}
         self._grad_accs = []
         self._requires_update = set()
@@ -375,7 +382,7 @@ class _DistributedAdasumOptimizer:
             self._step_one(p)
             delta = p.detach() - start
         compressed, ctx = self._compression.compress(delta)
-        handle = allreduce_async_(compressed, name=self._parameter_names[p], op=Adasum,
+        handle = allreduce_async_(compressed, name=self._allreduce_names[p], op=Adasum,
                                   process_set=self.process_set)
         self._handles[p] = (handle, ctx)
 
