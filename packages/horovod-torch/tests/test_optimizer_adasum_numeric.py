@@ -56,6 +56,8 @@ def train_worker():
             named = model.named_parameters()
         opt = hvd.DistributedOptimizer(base, named_parameters=named, op=hvd.Adasum,
                                        backward_passes_per_step=passes)
+        # Its zero-gradient step must bypass the Adasum step (no allreduce, no change).
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
         losses = []
         for step in range(STEPS):
             opt.zero_grad()

@@ -310,7 +310,7 @@ class _DistributedOptimizer:
     find_duplicates = staticmethod(_find_duplicates)
 
 
-class _DistributedAdasumOptimizer:
+class _DistributedAdasumOptimizer(_DistributedOptimizer):
     """Mixin for ``op=Adasum`` with more than one rank: each rank takes its own optimizer step,
     and the ranks combine the resulting parameter changes (deltas) with the Adasum reduction.
 
@@ -319,11 +319,15 @@ class _DistributedAdasumOptimizer:
     step on that parameter alone, and starts an in-place Adasum allreduce of
     ``delta = p - start``. ``step()`` waits for the deltas and sets ``p = start + delta``.
     Adasum: Maleki et al., "Scaling Distributed Training with Adaptive Summation", MLSys 2021.
+
+    It shares ``zero_grad``, ``set_backward_passes_per_step`` and ``load_state_dict`` with
+    :class:`_DistributedOptimizer`; ``super(_DistributedOptimizer, self)`` reaches the wrapped
+    optimizer's class.
     """
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step,
                  process_set, defaults):
-        super().__init__(params)
+        super(_DistributedOptimizer, self).__init__(params)
         self.defaults = defaults
         self._compression = compression
         self.backward_passes_per_step = backward_passes_per_step
@@ -347,12 +351,7 @@ class _DistributedAdasumOptimizer:
                                  for group in self.param_groups for p in group['params']}
         self._starts = {p: torch.zeros_like(p, requires_grad=False)
                         for group in self.param_groups for p in group['params']}
-        self._deltas = {}
-        for group in self.param_groups:
-            for p in group['params']:
-                if p.requires_grad:
-                    self._requires_update.add(p)
-                    self._grad_accs.append(_hook_grad_accumulator(p, self._make_hook(p)))
+        self._register_hooks()
 
     def _make_hook(self, p):
         def hook(*_):
@@ -370,7 +369,7 @@ class _DistributedAdasumOptimizer:
         try:
             for group in self.param_groups:
                 group['params'] = [q for q in group['params'] if q is p]
-            super().step()
+            super(_DistributedOptimizer, self).step()
         finally:
             for group, params in zip(self.param_groups, saved, strict=True):
                 group['params'] = params
@@ -432,30 +431,6 @@ class _DistributedAdasumOptimizer:
             self._handles.clear()
             self._reset_delays(self.backward_passes_per_step)
         return loss
-
-    def zero_grad(self, set_to_none=True):
-        """As :meth:`_DistributedOptimizer.zero_grad`."""
-        if self._handles:
-            raise AssertionError(_ZERO_GRAD_PENDING)
-        return super().zero_grad(set_to_none)
-
-    def set_backward_passes_per_step(self, passes):
-        """As :meth:`_DistributedOptimizer.set_backward_passes_per_step`."""
-        _check_backward_passes(passes)
-        self.backward_passes_per_step = passes
-        self._reset_delays(passes)
-
-    def load_state_dict(self, *args, **kwargs):
-        """Forgets pending allreduces, then loads the state as the wrapped optimizer does."""
-        self._handles.clear()
-        self._reset_delays(self.backward_passes_per_step)
-        return super().load_state_dict(*args, **kwargs)
-
-    def _reset_delays(self, passes):
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = passes
-
-    find_duplicates = staticmethod(_find_duplicates)
 
 
 def _check_backward_passes(passes):
