@@ -358,7 +358,7 @@ void Engine::Shutdown() {
 
 std::string Engine::DescribeLostRanks() {
   // A killed peer's sockets close while it exits; give it a moment to become a zombie.
-  const std::string& my_host = config_.hostname;
+  const std::string& my_host = peers_[config_.rank].first;
   std::vector<int> gone;
   for (int attempt = 0; attempt < 40 && gone.empty(); ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
