@@ -1,0 +1,187 @@
+"""TorchState: elastic state holding models, optimizers, samplers and plain Python values.
+
+Values are matched against a handler registry of ``(type, handler_cls)`` pairs, first match
+wins; a handler knows how to snapshot, roll back and broadcast its kind of object. Everything
+else is a plain attribute of the underlying ``ObjectState``.
+"""
+
+import copy
+
+import torch
+
+from horovod.common.elastic import ObjectState
+from horovod.torch.elastic.sampler import ElasticSampler
+from horovod.torch.functions import (
+    broadcast_object,
+    broadcast_optimizer_state,
+    broadcast_parameters,
+)
+from horovod.torch.mpi_ops import rank
+
+
+class StateHandler(object):
+    """Snapshots, restores and synchronises one value of a :class:`TorchState`.
+
+    Args:
+        value: the managed object.
+    """
+
+    def __init__(self, value):
+        self.value = value
+
+    def save(self):
+        """Snapshots ``value`` in memory."""
+        raise NotImplementedError()
+
+    def restore(self):
+        """Rolls ``value`` back to the last snapshot."""
+        raise NotImplementedError()
+
+    def sync(self):
+        """Makes ``value`` equal to rank 0's (collective)."""
+        raise NotImplementedError()
+
+    def set_value(self, value):
+        """Replaces the managed object and snapshots it at once."""
+        self.value = value
+        self.save()
+
+
+class ModelStateHandler(StateHandler):
+    """Handles a ``torch.nn.Module`` through its ``state_dict``."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self._saved_model_state = copy.deepcopy(self.value.state_dict())
+
+    def save(self):
+        self._saved_model_state = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self._saved_model_state)
+
+    def sync(self):
+        broadcast_parameters(self.value.state_dict(), root_rank=0)
+
+
+class OptimizerStateHandler(StateHandler):
+    """Handles a ``torch.optim.Optimizer`` through its ``state_dict``."""
+
+    def __init__(self, optimizer):
+        super().__init__(optimizer)
+        self._saved_optimizer_state = copy.deepcopy(self.value.state_dict())
+
+    def save(self):
+        self._saved_optimizer_state = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        # load_state_dict may keep the given tensors as the optimizer's state, and later steps
+        # update them in place: hand it a copy so that the snapshot stays intact.
+        self.value.load_state_dict(copy.deepcopy(self._saved_optimizer_state))
+
+    def sync(self):
+        broadcast_optimizer_state(self.value, root_rank=0)
+
+
+class SamplerStateHandler(StateHandler):
+    """Handles an :class:`ElasticSampler` through its epoch and progress."""
+
+    def __init__(self, sampler):
+        super().__init__(sampler)
+        self._saved_sampler_state = copy.deepcopy(self.value.state_dict())
+
+    def save(self):
+        self._saved_sampler_state = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self._saved_sampler_state)
+
+    def sync(self):
+        self.value.load_state_dict(broadcast_object(self.value.state_dict()))
+
+
+_handler_registry = [
+    (torch.nn.Module, ModelStateHandler),
+    (torch.optim.Optimizer, OptimizerStateHandler),
+    (ElasticSampler, SamplerStateHandler),
+]
+
+
+def get_handler_registry():
+    """Returns the list of ``(type, handler_cls)`` pairs consulted by new :class:`TorchState`
+    objects, in matching order."""
+    return _handler_registry
+
+
+def set_handler_registry(registry):
+    """Replaces the handler registry.
+
+    Args:
+        registry: list of ``(type, handler_cls)``; ``handler_cls(value)`` must build a
+            :class:`StateHandler`.
+    """
+    global _handler_registry
+    _handler_registry = registry
+
+
+def _handler_for(value):
+    for value_type, handler_cls in _handler_registry:
+        if isinstance(value, value_type):
+            return handler_cls(value)
+    return None
+
+
+class TorchState(ObjectState):
+    """Elastic state of a PyTorch training loop.
+
+    Args:
+        model (torch.nn.Module): the model, or None.
+        optimizer (torch.optim.Optimizer): the optimizer, or None.
+        **kwargs: more values; models, optimizers and :class:`ElasticSampler` objects are managed
+            by their handlers, anything else (picklable) is broadcast with ``broadcast_object``.
+
+    Assigning a handled attribute (``state.model = new_model``) replaces the managed object and
+    snapshots it. :meth:`sync` is a collective over all ranks.
+    """
+
+    def __init__(self, model=None, optimizer=None, **kwargs):
+        kwargs.update(model=model, optimizer=optimizer)
+        handlers = {}
+        plain = {}
+        for name, value in kwargs.items():
+            handler = _handler_for(value)
+            if handler is None:
+                plain[name] = value
+            else:
+                handlers[name] = handler
+        self._handlers = handlers
+        super().__init__(bcast_object=broadcast_object, get_rank=rank, **plain)
+
+    def save(self):
+        for handler in self._handlers.values():
+            handler.save()
+        super().save()
+
+    def restore(self):
+        for handler in self._handlers.values():
+            handler.restore()
+        super().restore()
+
+    def sync(self):
+        for handler in self._handlers.values():
+            handler.sync()
+        super().sync()
+
+    def __getattr__(self, name):
+        # Only reached when normal lookup fails, i.e. for handled values.
+        handlers = self.__dict__.get('_handlers', {})
+        if name in handlers:
+            return handlers[name].value
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __setattr__(self, name, value):
+        handlers = self.__dict__.get('_handlers', {})
+        if name in handlers:
+            handlers[name].set_value(value)
+        else:
+            super().__setattr__(name, value)
