@@ -91,10 +91,8 @@ def _script(tmp_path, name, text):
 
 
 def _run(argv, env=None, **kwargs):
-    # Open MPI's --tag-output tags every write, and unbuffered Python writes a print's text and
-    # its newline separately, which would split the lines these tests parse.
-    env = dict(os.environ if env is None else env)
-    env.pop("PYTHONUNBUFFERED", None)
+    # PYTHONUNBUFFERED=1 is kept if the caller has it: horovodrun must drop it under Open MPI,
+    # whose --tag-output would otherwise split every printed line in two.
     return subprocess.run(argv, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S,
                           env=env, **kwargs)
 
@@ -118,7 +116,7 @@ def _rank_lines(output):
 def test_mpi_launch_environment(tmp_path):
     worker = _script(tmp_path, "w.py", ENV_WORKER)
     env = dict(os.environ, FORWARDED_BY_NAME="yes", HOROVOD_CONTROLLER="gloo",
-               HOROVOD_CPU_OPERATIONS="gloo")
+               HOROVOD_CPU_OPERATIONS="gloo", PYTHONUNBUFFERED="1")
     run = _horovodrun_fake_mpi(tmp_path, ["-np", "2", "--mpi", "--fusion-threshold-mb", "2",
                                           sys.executable, worker], env=env)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -271,6 +271,13 @@ def test_launch_job_gives_mpi_workers_the_mpi_controller(monkeypatch):
     assert secret.HOROVOD_SECRET_KEY not in env
 
 
+@pytest.mark.parametrize("version, kept", [(OMPI_VERSION, False), (MPICH_VERSION, True)])
+def test_python_output_buffering_under_open_mpi(version, kept):
+    with _impl(version):
+        env = launch._mpi_worker_env({"PYTHONUNBUFFERED": "1"}, _settings())
+    assert ("PYTHONUNBUFFERED" in env) == kept
+
+
 def test_function_mode_secret_travels_in_the_environment_only():
     key = secret.make_secret_key()
     env = launch._mpi_worker_env({"A": "1"}, _settings(key=key))

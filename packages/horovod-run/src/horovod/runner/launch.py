@@ -453,13 +453,18 @@ def _mpi_worker_env(env, settings):
 
     Both replace inherited values: an mpirun job has no rendezvous server, which the Gloo
     controller and Gloo CPU operations need. In function mode the job secret of the KV store is
-    added; mpirun never names it on its command line. (Unlike the Gloo path, PYTHONUNBUFFERED is
-    not set: mpirun --tag-output tags every write, and unbuffered Python splits a print into
-    several writes.)
+    added; mpirun never names it on its command line.
+
+    Under Open MPI, PYTHONUNBUFFERED is dropped: mpirun --tag-output tags every write, and
+    unbuffered Python writes a print's text and its newline separately, so each line would
+    arrive in two tagged pieces. Nothing is lost, since Open MPI gives local ranks a terminal
+    as stdout, which Python line-buffers.
     """
     env = dict(env)
     env["HOROVOD_CONTROLLER"] = "mpi"
     env["HOROVOD_CPU_OPERATIONS"] = "mpi"
+    if "PYTHONUNBUFFERED" in env and mpi_launcher.is_open_mpi(env):
+        del env["PYTHONUNBUFFERED"]
     if settings.run_func_mode and settings.key is not None:
         env[secret.HOROVOD_SECRET_KEY] = settings.key.hex()
     else:
