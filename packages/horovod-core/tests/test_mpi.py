@@ -126,3 +126,9 @@ def test_mpi_requested_but_not_built(tmp_path):
     assert proc.returncode != 0
     assert "mpi_built False" in proc.stdout, proc.stdout
     assert "MPI was requested" in proc.stderr and "no usable MPI backend" in proc.stderr, proc.stderr
+
+
+def test_gloo_under_a_multi_process_mpirun_is_an_error(tmp_path):
+    with pytest.raises(AssertionError) as info:
+        mpirun(2, "basics", tmp_path, env={"HOROVOD_CPU_OPERATIONS": "gloo"})
+    assert "horovodrun --gloo" in str(info.value), info.value

@@ -47,8 +47,9 @@ def run_np2(checkpoint, *options):
                                str(EXAMPLE), '--checkpoint', checkpoint, *options],
                               capture_output=True, text=True, timeout=180)
         assert done.returncode == 0, done.stdout + done.stderr
-        # horovodrun prefixes each worker line with "[rank]<stdout>:".
-        return '\n'.join(re.sub(r'^\[\d+\]<stdout>:', '', line)
+        # horovodrun prefixes each worker line with "[rank]<stdout>:" (Gloo) or Open MPI's
+        # "[job,rank]<stdout>:" (MPI, the default when the core has it).
+        return '\n'.join(re.sub(r'^\[(?:\d+,)?\d+\]<stdout>:', '', line)
                          for line in done.stdout.splitlines())
     outputs = run_ranks(2, run_example, str(EXAMPLE), checkpoint, *options, timeout=180)
     assert 'test accuracy' not in outputs[1], 'only rank 0 prints'

@@ -150,6 +150,13 @@ class HorovodBasics:
         for ps in process_sets:
             if ps.mpi_comm is not None and ps.ranks is None:
                 ps.ranks = _ranks_of_comm(ps.mpi_comm, mpi_comm)
+        mpi_world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1")) or 1)
+        if config["backend"] != "mpi" and config["launched_by_mpi"] and mpi_world > 1 and config["size"] == 1:
+            raise ValueError(
+                f"This process was started by an MPI launcher with {mpi_world} processes, but Horovod was told "
+                f"to use {config['backend']} (HOROVOD_CONTROLLER / HOROVOD_CPU_OPERATIONS), which needs the "
+                "rendezvous service of horovodrun --gloo. Use the MPI controller under mpirun, or launch with "
+                "horovodrun --gloo.")
         store = None
         if config["size"] > 1 and config["backend"] != "mpi":
             if not config["rendezvous_addr"]:

@@ -85,10 +85,12 @@ from horovod.torch.mpi_ops import (
 )
 from horovod.torch.optimizer import DistributedOptimizer
 from horovod.torch.sync_batch_norm import SyncBatchNorm
+from horovod.torch import elastic  # noqa: E402,F401  (subpackage: hvd.elastic)
 
 import torch
 
 __all__ = [
+    'elastic',
     'mpi_ops',
     'Compression',
     'allgather_object',
