@@ -35,7 +35,8 @@ SHARED_SOURCES = {"horovod-core": ["cmake"]}
 TESTS = {
     "horovod-core": [],
     "horovod-torch": ["horovod-run", TORCH],
-    "horovod-run": [],
+    # The MPI launch tests run the PyTorch digits example end to end.
+    "horovod-run": ["horovod-torch", TORCH, "scikit-learn"],
 }
 
 NP = 2  # processes for demo and bench: one per core of the reference machine
