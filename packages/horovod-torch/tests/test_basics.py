@@ -64,7 +64,11 @@ def basics_worker():
     # Shutdown and init again, repeatedly; collectives work after each init and handles left
     # over from the previous run are dropped.
     for round_ in range(2):
-        hvd.allreduce_async(torch.ones(3), name=f'left_over.{round_}')
+        try:
+            hvd.allreduce_async(torch.ones(3), name=f'left_over.{round_}')
+        except hvd.HorovodInternalError as e:
+            # Another rank may already have shut down, which shuts this rank's engine down too.
+            assert 'shut down' in str(e)
         hvd.shutdown()
         assert not hvd.is_initialized()
         assert not hvd.mpi_ops._handle_map
