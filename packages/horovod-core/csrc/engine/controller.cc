@@ -356,9 +356,9 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
         }
       }
     }
-    for (uint32_t bit = 0; bit < num_bits; ++bit) {
-      if (!local_invalid.count(bit)) set_bit(1, bit);
-    }
+    // Not-invalid section: all ones, then this rank's invalid entries cleared.
+    std::fill(vec.begin() + 1 + words, vec.end(), ~uint64_t{0});
+    for (uint32_t bit : local_invalid) vec[1 + words + bit / 64] &= ~(uint64_t{1} << (bit % 64));
     if (backend_.size() > 1) backend_.AllreduceBitsAnd(vec);
     need_round = (vec[0] & (kNoShutdown | kNothingUncached)) != (kNoShutdown | kNothingUncached);
 
@@ -396,22 +396,24 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     RequestList mine;
     mine.shutdown = shutdown;
     mine.shutdown_reason = reason;
-    for (const Request& r : uncached) {
-      if (ResponseCache::Cacheable(r.type)) sent_[r.name] = r;
+    if (use_cache) {
+      for (const Request& r : uncached) {
+        if (ResponseCache::Cacheable(r.type)) sent_[r.name] = r;
+      }
     }
     mine.requests = std::move(uncached);
     list = Negotiate(mine);
     any_joined_ = list.any_joined;
     for (const Response& response : list.responses) {
       if (response.type == ResponseType::JOIN) join_completed_ = true;
-      if (response.names.size() != 1) continue;
+      if (!use_cache || response.names.size() != 1) continue;
       std::optional<Request> own;
       auto it = sent_.find(response.names[0]);
       if (it != sent_.end()) {
         own = std::move(it->second);
         sent_.erase(it);
       }
-      if (use_cache && response.type != ResponseType::ERROR &&
+      if (response.type != ResponseType::ERROR &&
           ResponseCache::Cacheable(static_cast<RequestType>(response.type))) {
         cache_.Put(response, own);
       }

@@ -104,6 +104,7 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   std::unique_ptr<Backend> backend = BackendRegistry::Create(CpuBackendName(config), options);
   Backend& global = *backend;
   engine->backend_name_ = global.name();
+  engine->allreduce_activity_ = engine->Activity("ALLREDUCE");
   // MPI knows the job's layout from its launcher; the HOROVOD_* topology variables are not needed.
   Config& layout = engine->config_;
   if (global.Topology(&layout.local_rank, &layout.local_size, &layout.cross_rank, &layout.cross_size)) {
@@ -258,11 +259,11 @@ void Engine::Enqueue(int32_t process_set_id, int64_t handle, std::vector<Request
                      std::vector<TensorTableEntry> entries) {
   std::shared_ptr<ProcessSet> set = FindSet(process_set_id);
   if (!set) throw UnknownSet(process_set_id);
-  const std::string ranks_text = ShapeString(std::vector<int64_t>(set->ranks.begin(), set->ranks.end()));
+  auto ranks_text = [&set] { return ShapeString(std::vector<int64_t>(set->ranks.begin(), set->ranks.end())); };
   if (set->set_rank < 0) {
     throw EngineError(Status::InvalidArgument("Rank " + std::to_string(config_.rank) +
                                               " is not a member of process set " + std::to_string(process_set_id) +
-                                              " (ranks " + ranks_text + ") and cannot submit operations on it."));
+                                              " (ranks " + ranks_text() + ") and cannot submit operations on it."));
   }
   const int64_t size = static_cast<int64_t>(set->ranks.size());
   for (const Request& r : requests) {
@@ -270,7 +271,7 @@ void Engine::Enqueue(int32_t process_set_id, int64_t handle, std::vector<Request
         !std::binary_search(set->ranks.begin(), set->ranks.end(), r.root_rank)) {
       throw EngineError(Status::InvalidArgument("Broadcast root rank " + std::to_string(r.root_rank) +
                                                 " is not a member of process set " + std::to_string(process_set_id) +
-                                                " (ranks " + ranks_text + "); root_rank is a global rank."));
+                                                " (ranks " + ranks_text() + "); root_rank is a global rank."));
     }
     if (r.type == RequestType::ALLTOALL) {
       const int64_t dim0 = r.shape.empty() ? 0 : r.shape[0];
@@ -574,9 +575,9 @@ void Engine::PerformAllreduce(ProcessSet& set, const Response& response, std::ve
     op = ReduceOp::SUM;
   }
   const bool record = timeline_.recording();
-  auto activity_start = [&](const std::string& activity) {
+  auto activity_start = [&](const char* activity) {
     if (record) {
-      for (const auto& name : response.names) timeline_.ActivityStart(name, activity.c_str());
+      for (const auto& name : response.names) timeline_.ActivityStart(name, activity);
     }
   };
   auto activity_end = [&] {
@@ -615,7 +616,7 @@ void Engine::PerformAllreduce(ProcessSet& set, const Response& response, std::ve
     activity_start("ADASUM_ALLREDUCE");
     AdasumAllreduce(*set.backend, buffer, count, dtype);
   } else {
-    activity_start(Activity("ALLREDUCE"));
+    activity_start(allreduce_activity_.c_str());
     set.backend->Allreduce(buffer, count, dtype, op);
   }
   activity_end();

@@ -128,6 +128,7 @@ class Engine {
   std::unique_ptr<Store> store_;
   std::string key_prefix_;
   const char* backend_name_ = "";
+  std::string allreduce_activity_;  // timeline name of the backend's allreduce, e.g. GLOO_ALLREDUCE
   bool homogeneous_ = true;
   FusionBuffer fusion_buffer_;
   Timeline timeline_;

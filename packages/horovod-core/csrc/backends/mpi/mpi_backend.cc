@@ -280,10 +280,11 @@ __attribute__((visibility("default"))) horovod::Backend* horovod_mpi_create_back
     } else {
       MPI_Query_thread(&g_thread_level);
     }
-    if (g_half_ops[0][static_cast<int>(ReduceOp::SUM)] == MPI_OP_NULL ||
-        g_half_ops[0][static_cast<int>(ReduceOp::SUM)] == 0) {
+    static bool half_ops_created = false;  // once per process; re-inits reuse them
+    if (!half_ops_created) {
       CreateHalfOps<DataType::FLOAT16>(0);
       CreateHalfOps<DataType::BFLOAT16>(1);
+      half_ops_created = true;
     }
     MPI_Comm parent = MPI_COMM_WORLD;
     if (options->mpi_comm != 0) parent = reinterpret_cast<MPI_Comm>(options->mpi_comm);
