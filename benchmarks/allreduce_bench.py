@@ -15,8 +15,6 @@ Columns and formulas: benchmarks/README.md.
 
 import argparse
 import socket
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
@@ -25,8 +23,13 @@ import horovod.torch as hvd
 import report
 
 
+def full(count: int, value: float) -> torch.Tensor:
+    return torch.full((count,), value, dtype=torch.float32)
+
+
 class Horovod:
     name = "horovod"
+    buffer = staticmethod(full)
 
     def allreduce(self, tensor: torch.Tensor) -> None:
         hvd.allreduce_(tensor, op=hvd.Sum, name=f"bench.{tensor.numel()}")
@@ -42,6 +45,7 @@ class Horovod:
 
 class TorchGloo:
     name = "torch.distributed gloo"
+    buffer = staticmethod(full)
 
     def allreduce(self, tensor: torch.Tensor) -> None:
         dist.all_reduce(tensor)
@@ -65,76 +69,24 @@ def init_torch_distributed() -> None:
     )
 
 
-def slowest(seconds: float) -> float:
-    """The largest of every rank's `seconds`: a collective has finished when its last rank has."""
-    t = torch.tensor([seconds], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
+def job() -> report.Job:
+    def slowest(seconds: float) -> float:
+        t = torch.tensor([seconds], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.item()
 
+    def count_wrong(tensors: list[torch.Tensor]) -> int:
+        expected = hvd.size() * (hvd.size() + 1) / 2
+        wrong = torch.tensor([sum(int((t != expected).sum()) for t in tensors)])
+        dist.all_reduce(wrong)
+        return int(wrong.item())
 
-def count_wrong(tensors: list[torch.Tensor]) -> int:
-    """Elements, over all ranks, that differ from the sum of the ranks' inputs (rank + 1 each)."""
-    expected = hvd.size() * (hvd.size() + 1) / 2
-    wrong = torch.tensor([sum(int((t != expected).sum()) for t in tensors)])
-    dist.all_reduce(wrong)
-    return int(wrong.item())
-
-
-def filled(count: int) -> torch.Tensor:
-    return torch.full((count,), float(hvd.rank() + 1), dtype=torch.float32)
-
-
-def sweep_row(lib, count: int, warmup: int, iters: int) -> dict:
-    # The timed calls reduce zeros in place, which stay zeros: repeated sums of other data would
-    # grow by a factor of size each call and overflow.
-    tensor = torch.zeros(count, dtype=torch.float32)
-    for _ in range(warmup):
-        lib.allreduce(tensor)
-    dist.barrier()
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        lib.allreduce(tensor)
-        times.append(time.perf_counter() - start)
-    checked = filled(count)
-    lib.allreduce(checked)
-    return report.row(lib.name, count * 4, count, slowest(statistics.median(times)),
-                      slowest(statistics.mean(times)), count_wrong([checked]), hvd.size())
-
-
-def many_small_row(lib, tensors: int, count: int, warmup: int, steps: int) -> dict:
-    batch = [torch.zeros(count, dtype=torch.float32) for _ in range(tensors)]
-    for _ in range(warmup):
-        lib.allreduce_many(batch)
-    times = []
-    for _ in range(steps):
-        dist.barrier()
-        start = time.perf_counter()
-        lib.allreduce_many(batch)
-        times.append(time.perf_counter() - start)
-    checked = [filled(count) for _ in range(tensors)]
-    lib.allreduce_many(checked)
-    return {
-        "library": lib.name,
-        "tensors": tensors,
-        "bytes_per_tensor": count * 4,
-        "median_step_ms": slowest(statistics.median(times)) * 1e3,
-        "wrong": count_wrong(checked),
-    }
+    return report.Job(hvd.rank(), hvd.size(), dist.barrier, slowest, count_wrong)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--min-bytes", type=int, default=4)
-    parser.add_argument("--max-bytes", type=int, default=64 << 20)
-    parser.add_argument("--step-factor", type=int, default=4)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=50)
-    parser.add_argument("--small-tensors", type=int, default=200)
-    parser.add_argument("--small-bytes", type=int, default=16 << 10)
-    parser.add_argument("--small-steps", type=int, default=20)
-    parser.add_argument("--json", help="write every row and the machine description here")
-    parser.add_argument("--markdown", help="write a summary table here")
+    report.add_arguments(parser)
     args = parser.parse_args()
 
     hvd.init()
@@ -142,25 +94,8 @@ def main() -> None:
     init_torch_distributed()
     libs = [Horovod(), TorchGloo()]
     root = hvd.rank() == 0
+    sweep, many_small = report.measure(libs, job(), args)
     if root:
-        print(report.header([lib.name for lib in libs]), flush=True)
-
-    sweep = []
-    size = args.min_bytes
-    while size <= args.max_bytes:
-        rows = [sweep_row(lib, size // 4, args.warmup, args.iters) for lib in libs]
-        sweep.extend(rows)
-        if root:
-            print(report.line(rows), flush=True)
-        size *= args.step_factor
-
-    many_small = [
-        many_small_row(lib, args.small_tensors, args.small_bytes // 4, 3, args.small_steps)
-        for lib in libs
-    ]
-    if root:
-        for row in many_small:
-            print(report.many_small_line(row), flush=True)
         results = {"machine": machine, "allreduce": sweep,
                    "many_small": many_small}
         if args.json:

@@ -19,9 +19,7 @@ overhead (negotiation, fusion, the background thread) over the MPI library it ca
 """
 
 import argparse
-import statistics
 import sys
-import time
 
 import mpi4py
 import numpy as np
@@ -69,55 +67,16 @@ class Mpi4py:
             COMM.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM)
 
 
-def slowest(seconds: float) -> float:
-    """The largest of every rank's `seconds`: a collective has finished when its last rank has."""
-    return COMM.allreduce(seconds, op=MPI.MAX)
+def job() -> report.Job:
+    def slowest(seconds: float) -> float:
+        return COMM.allreduce(seconds, op=MPI.MAX)
 
+    def count_wrong(buffers) -> int:
+        expected = COMM.Get_size() * (COMM.Get_size() + 1) / 2
+        wrong = sum(int((np.asarray(b) != expected).sum()) for b in buffers)
+        return COMM.allreduce(wrong, op=MPI.SUM)
 
-def count_wrong(buffers) -> int:
-    """Elements, over all ranks, that differ from the sum of the ranks' inputs (rank + 1 each)."""
-    expected = COMM.Get_size() * (COMM.Get_size() + 1) / 2
-    wrong = sum(int((np.asarray(b) != expected).sum()) for b in buffers)
-    return COMM.allreduce(wrong, op=MPI.SUM)
-
-
-def sweep_row(lib, count: int, warmup: int, iters: int) -> dict:
-    # The timed calls reduce zeros in place, which stay zeros: repeated sums of other data would
-    # grow by a factor of size each call and overflow.
-    buffer = lib.buffer(count, 0.0)
-    for _ in range(warmup):
-        lib.allreduce(buffer)
-    COMM.Barrier()
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        lib.allreduce(buffer)
-        times.append(time.perf_counter() - start)
-    checked = lib.buffer(count, float(COMM.Get_rank() + 1))
-    lib.allreduce(checked)
-    return report.row(lib.name, count * 4, count, slowest(statistics.median(times)),
-                      slowest(statistics.mean(times)), count_wrong([checked]), COMM.Get_size())
-
-
-def many_small_row(lib, tensors: int, count: int, warmup: int, steps: int) -> dict:
-    batch = [lib.buffer(count, 0.0) for _ in range(tensors)]
-    for _ in range(warmup):
-        lib.allreduce_many(batch)
-    times = []
-    for _ in range(steps):
-        COMM.Barrier()
-        start = time.perf_counter()
-        lib.allreduce_many(batch)
-        times.append(time.perf_counter() - start)
-    checked = [lib.buffer(count, float(COMM.Get_rank() + 1)) for _ in range(tensors)]
-    lib.allreduce_many(checked)
-    return {
-        "library": lib.name,
-        "tensors": tensors,
-        "bytes_per_tensor": count * 4,
-        "median_step_ms": slowest(statistics.median(times)) * 1e3,
-        "wrong": count_wrong(checked),
-    }
+    return report.Job(COMM.Get_rank(), COMM.Get_size(), COMM.Barrier, slowest, count_wrong)
 
 
 def goals(sweep: list[dict], many_small: list[dict]) -> dict:
@@ -152,16 +111,7 @@ def goals_text(g: dict) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--min-bytes", type=int, default=4)
-    parser.add_argument("--max-bytes", type=int, default=64 << 20)
-    parser.add_argument("--step-factor", type=int, default=4)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=50)
-    parser.add_argument("--small-tensors", type=int, default=200)
-    parser.add_argument("--small-bytes", type=int, default=16 << 10)
-    parser.add_argument("--small-steps", type=int, default=20)
-    parser.add_argument("--json", help="write every row and the machine description here")
-    parser.add_argument("--markdown", help="write a summary table here")
+    report.add_arguments(parser)
     args = parser.parse_args()
 
     hvd.init()
@@ -173,23 +123,8 @@ def main() -> None:
     machine["mpi4py"] = mpi4py.__version__
     libs = [Horovod(), Mpi4py()]
     root = hvd.rank() == 0
+    sweep, many_small = report.measure(libs, job(), args)
     if root:
-        print(report.header([lib.name for lib in libs]), flush=True)
-
-    sweep = []
-    size = args.min_bytes
-    while size <= args.max_bytes:
-        rows = [sweep_row(lib, size // 4, args.warmup, args.iters) for lib in libs]
-        sweep.extend(rows)
-        if root:
-            print(report.line(rows), flush=True)
-        size *= args.step_factor
-
-    many_small = [many_small_row(lib, args.small_tensors, args.small_bytes // 4, 3,
-                                 args.small_steps) for lib in libs]
-    if root:
-        for row in many_small:
-            print(report.many_small_line(row), flush=True)
         results = {"machine": machine, "allreduce": sweep, "many_small": many_small,
                    "goals": goals(sweep, many_small)}
         for text in goals_text(results["goals"]):

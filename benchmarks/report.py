@@ -8,6 +8,8 @@ import datetime
 import json
 import os
 import platform
+import statistics
+import time
 
 import torch
 
@@ -122,3 +124,99 @@ def write_markdown(path: str, results: dict) -> None:
                    f"{r['median_step_ms']:.2f} | {r['wrong']} |")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
+
+
+def add_arguments(parser) -> None:
+    """The options every allreduce benchmark takes: the size sweep and the many-small step."""
+    parser.add_argument("--min-bytes", type=int, default=4)
+    parser.add_argument("--max-bytes", type=int, default=64 << 20)
+    parser.add_argument("--step-factor", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--small-tensors", type=int, default=200)
+    parser.add_argument("--small-bytes", type=int, default=16 << 10)
+    parser.add_argument("--small-steps", type=int, default=20)
+    parser.add_argument("--json", help="write every row and the machine description here")
+    parser.add_argument("--markdown", help="write a summary table here")
+
+
+class Job:
+    """What the measurements need from the job that runs them, supplied by each benchmark.
+
+    Args:
+        rank, size: this process's rank and the number of ranks.
+        barrier: a callable that returns once every rank has called it.
+        slowest: seconds -> the largest of every rank's value (a collective is done when its
+            last rank is).
+        count_wrong: list of buffers -> elements, over all ranks, that differ from the sum of the
+            ranks' inputs (rank + 1 each).
+    """
+
+    def __init__(self, rank, size, barrier, slowest, count_wrong):
+        self.rank, self.size = rank, size
+        self.barrier, self.slowest, self.count_wrong = barrier, slowest, count_wrong
+
+
+def sweep_row(lib, job: Job, count: int, warmup: int, iters: int) -> dict:
+    """Median time of `iters` in-place sum allreduces of `count` float32 elements by `lib` (an
+    object with name, buffer(count, value) and allreduce(buffer)), and one checked call."""
+    # The timed calls reduce zeros in place, which stay zeros: repeated sums of other data would
+    # grow by a factor of size each call and overflow.
+    buffer = lib.buffer(count, 0.0)
+    for _ in range(warmup):
+        lib.allreduce(buffer)
+    job.barrier()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        lib.allreduce(buffer)
+        times.append(time.perf_counter() - start)
+    checked = lib.buffer(count, float(job.rank + 1))
+    lib.allreduce(checked)
+    return row(lib.name, count * 4, count, job.slowest(statistics.median(times)),
+               job.slowest(statistics.mean(times)), job.count_wrong([checked]), job.size)
+
+
+def many_small_row(lib, job: Job, tensors: int, count: int, warmup: int, steps: int) -> dict:
+    """Median time of one step of `tensors` allreduces of `count` elements through
+    lib.allreduce_many(buffers), and one checked step."""
+    batch = [lib.buffer(count, 0.0) for _ in range(tensors)]
+    for _ in range(warmup):
+        lib.allreduce_many(batch)
+    times = []
+    for _ in range(steps):
+        job.barrier()
+        start = time.perf_counter()
+        lib.allreduce_many(batch)
+        times.append(time.perf_counter() - start)
+    checked = [lib.buffer(count, float(job.rank + 1)) for _ in range(tensors)]
+    lib.allreduce_many(checked)
+    return {
+        "library": lib.name,
+        "tensors": tensors,
+        "bytes_per_tensor": count * 4,
+        "median_step_ms": job.slowest(statistics.median(times)) * 1e3,
+        "wrong": job.count_wrong(checked),
+    }
+
+
+def measure(libs: list, job: Job, args) -> tuple[list[dict], list[dict]]:
+    """The size sweep and the many-small step for every library, side by side; rank 0 prints a
+    line per size as it goes. Returns (sweep rows, many-small rows)."""
+    root = job.rank == 0
+    if root:
+        print(header([lib.name for lib in libs]), flush=True)
+    sweep = []
+    size = args.min_bytes
+    while size <= args.max_bytes:
+        rows = [sweep_row(lib, job, size // 4, args.warmup, args.iters) for lib in libs]
+        sweep.extend(rows)
+        if root:
+            print(line(rows), flush=True)
+        size *= args.step_factor
+    many_small = [many_small_row(lib, job, args.small_tensors, args.small_bytes // 4, 3, args.small_steps)
+                  for lib in libs]
+    if root:
+        for r in many_small:
+            print(many_small_line(r), flush=True)
+    return sweep, many_small
