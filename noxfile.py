@@ -1,4 +1,7 @@
-"""Every developer task of the monorepo: `nox -s build | tests | lint | demo | bench`.
+"""Every developer task of the monorepo: `nox -s build | lint | demo | bench`, and `nox -t tests`.
+
+`nox -t tests` runs every test session: `tests` (one per package that needs only PyTorch or
+nothing), `tests-tf`, `tests-keras` and `tests-mxnet`, each in its own virtualenv.
 
 Wheels are built into dist/ once per change of a package's sources: next to each wheel lies
 `<package>.sha256`, a hash of the files the wheel is built from, and every session that needs a
@@ -16,16 +19,21 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
-nox.options.sessions = ["lint", "tests"]
+nox.options.tags = ["tests"]
 
 ROOT = pathlib.Path(__file__).resolve().parent
 DIST = ROOT / "dist"
 
 # The CPU build of PyTorch; an unpinned `torch` resolves to the newest CUDA build (gigabytes).
 TORCH = "torch==2.13.0"
+# TensorFlow 2.21 (CPU build) brings Keras 3 with it.
+TF = "tensorflow-cpu==2.21.*"
+KERAS = "keras==3.15.*"
+# MXNet 1.9.1 imports only with numpy < 1.24.
+MXNET = ["mxnet==1.9.1", "numpy==1.23.5"]
 
 # Published packages, in dependency order.
-PACKAGES = ["horovod-core", "horovod-torch", "horovod-run"]
+PACKAGES = ["horovod-core", "horovod-torch", "horovod-tf", "horovod-keras", "horovod-mxnet", "horovod-run"]
 
 # Files outside a package's folder that its wheel is built from.
 SHARED_SOURCES = {"horovod-core": ["cmake"]}
@@ -37,6 +45,16 @@ TESTS = {
     "horovod-torch": ["horovod-run", TORCH],
     # The MPI launch tests run the PyTorch digits example end to end.
     "horovod-run": ["horovod-torch", TORCH, "scikit-learn"],
+}
+
+# The framework packages whose tests need a framework virtualenv of their own: session -> package,
+# and what its tests need (the examples run under horovodrun on scikit-learn's digits).
+FRAMEWORK_TESTS = {
+    "tests-tf": ("horovod-tf", ["horovod-run", TF, "scikit-learn"]),
+    # Keras 3 on both of its backends, TensorFlow and PyTorch.
+    "tests-keras": ("horovod-keras", ["horovod-run", "horovod-tf", "horovod-torch", TF, KERAS, TORCH,
+                                      "scikit-learn"]),
+    "tests-mxnet": ("horovod-mxnet", ["horovod-run", *MXNET, "scikit-learn"]),
 }
 
 NP = 2  # processes for demo and bench: one per core of the reference machine
@@ -108,18 +126,37 @@ def build(session: nox.Session) -> None:
         ensure_wheel(session, package)
 
 
-@nox.session
-@nox.parametrize("package", list(TESTS))
-def tests(session: nox.Session, package: str) -> None:
-    """Run one package's tests against its installed wheel (`nox -s tests` runs every package).
+def run_tests(session: nox.Session, package: str, requirements: list[str]) -> None:
+    """Install `package` with its `test` extra and `requirements` from dist/, then run its tests.
 
     pytest's exit status 5, "no tests collected", fails the session like any non-zero status.
     """
     system_deps(session)
     testing = str(ROOT / "packages" / "horovod-testing")
-    install(session, f"{package}[test]", *TESTS[package], "pytest", testing)
+    install(session, f"{package}[test]", *requirements, "pytest", testing)
     session.chdir(ROOT / "packages" / package)
     session.run("python", "-m", "pytest", "tests", *session.posargs)
+
+
+@nox.session(tags=["tests"])
+@nox.parametrize("package", list(TESTS))
+def tests(session: nox.Session, package: str) -> None:
+    """Run one package's tests against its installed wheel."""
+    run_tests(session, package, TESTS[package])
+
+
+def framework_tests(name: str) -> None:
+    package, requirements = FRAMEWORK_TESTS[name]
+
+    def session_function(session: nox.Session) -> None:
+        run_tests(session, package, requirements)
+
+    session_function.__doc__ = f"Run {package}'s tests in a virtualenv of its own."
+    nox.session(name=name, tags=["tests"])(session_function)
+
+
+for _name in FRAMEWORK_TESTS:
+    framework_tests(_name)
 
 
 @nox.session
