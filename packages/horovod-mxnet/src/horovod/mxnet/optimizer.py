@@ -239,6 +239,9 @@ class DistributedTrainer(mx.gluon.Trainer):
                               'DistributedTrainer')
         settings = dict(op=self._op, prescale_factor=self._prescale,
                         postscale_factor=self._postscale, process_set=self._process_set)
+        # Submitted last parameter first: backward produces the gradients of the last layers
+        # first, so their allreduces run while MXNet is still computing the earlier ones
+        # (each submission waits only for its own gradients).
         starts = []
         if self._num_groups > 0:
             for group in split_list(entries, self._num_groups):
@@ -255,7 +258,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                 starts.append(lambda c=compressed, n=f'{self._prefix}{i}':
                               mpi_ops._start_allreduce([c], [c], None, n, grouped=False,
                                                        **settings))
-        mpi_ops._run_all(starts)
+        mpi_ops._run_all(starts[::-1])
         for _, grad, compressed, ctx in entries:
             restored = self._compression.decompress(compressed, ctx)
             if restored is not grad:
