@@ -118,15 +118,15 @@ def mxnet_specifics():
     checks = {}
 
     # A slow MXNet computation still pending when the op is called: the op must wait for it.
-    a = mx.nd.array(rank_input(rank, 'float32', (300, 300), salt=40) / 8)
-    pending = mx.nd.dot(a, a)
-    for _ in range(5):
-        pending = mx.nd.dot(pending, a) / 10
-    reference = pending.asnumpy()  # every rank's reference from its own MXNet result
-    a2 = mx.nd.array(rank_input(rank, 'float32', (300, 300), salt=40) / 8)
-    fresh = mx.nd.dot(a2, a2)
-    for _ in range(5):
-        fresh = mx.nd.dot(fresh, a2) / 10
+    def chain():
+        a = mx.nd.array(rank_input(rank, 'float32', (200, 200), salt=40) / 8)
+        result = mx.nd.dot(a, a)
+        for _ in range(3):
+            result = mx.nd.dot(result, a) / 10
+        return result
+
+    reference = chain().asnumpy()  # every rank's reference from its own finished MXNet result
+    fresh = chain()
     gathered = hvd.allgather(fresh, name='pending')
     every = hvd.allgather(mx.nd.array(reference), name='pending_reference').asnumpy()
     checks['pending_input'] = bool(np.array_equal(gathered.asnumpy(), every))
@@ -154,11 +154,11 @@ def mxnet_specifics():
 
     # Results are fresh NDArrays on the CPU context; the caller's references can go at once.
     outputs = []
-    for i in range(20):
+    for i in range(5):
         t = mx.nd.array(rank_input(rank, 'float64', (1000,), salt=50 + i))
         outputs.append(hvd.allgather(t * 1, name=f'lifetime.{i}'))
         del t
-        gc.collect()
+    gc.collect()  # drops the engine's array objects; the NDArrays must keep their buffers
     junk = [mx.nd.ones((1000,)) * 7 for _ in range(50)]
     ok = all(np.array_equal(out.asnumpy(), np.concatenate(
         [rank_input(r, 'float64', (1000,), salt=50 + i) for r in range(size)]))

@@ -82,7 +82,10 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         self._process_set = process_set
         self._op, self._prescale, self._postscale, factor = _averaging(
             float(gradient_predivide_factor), process_set)
+        # What this wrapper multiplied the wrapped optimizer's rescale_grad by.
+        self._rescale_factor = 1.0
         if process_set.included() and process_set.size() > 1:
+            self._rescale_factor = factor
             optimizer.rescale_grad *= factor
 
     def __getattr__(self, item):
@@ -176,7 +179,8 @@ class DistributedTrainer(mx.gluon.Trainer):
             order, as gluon does), or a list or tuple of ``Parameter`` (sorted by name, so that
             every rank numbers them alike).
         optimizer: an optimizer name or ``mx.optimizer.Optimizer``; a
-            :class:`DistributedOptimizer` is unwrapped, with a warning.
+            :class:`DistributedOptimizer` is unwrapped, with a warning (and the wrapped
+            optimizer's ``rescale_grad`` restored to what it was before wrapping).
         optimizer_params: dict of options when ``optimizer`` is a name.
         compression: ``Compression.none`` (default) or ``Compression.fp16``.
         gradient_predivide_factor: float > 0, as for :class:`DistributedOptimizer`.
@@ -200,6 +204,8 @@ class DistributedTrainer(mx.gluon.Trainer):
             warnings.warn('DistributedTrainer averages the gradients itself; the '
                           'DistributedOptimizer passed to it is replaced by the optimizer it '
                           'wraps.', stacklevel=2)
+            # Undo the wrapper's averaging factor, which the trainer applies itself.
+            optimizer._optimizer.rescale_grad /= optimizer._rescale_factor
             optimizer = optimizer._optimizer
         if prefix is not None and not isinstance(prefix, str):
             raise ValueError(f'prefix must be a str or None, got {type(prefix).__name__}.')
