@@ -16,8 +16,9 @@ SIZES = (1, 2, 3)
 # name -> function run on every rank; it returns a picklable result.
 WORKERS = {}
 
-# Every rank may create dynamic process sets (spec mxnet.md §7: the upstream files set it too).
-ENV = {'HOROVOD_DYNAMIC_PROCESS_SETS': '1'}
+# Every rank may create dynamic process sets (spec mxnet.md §7: the upstream files set it too),
+# and start a timeline (which shows the names the engine saw).
+ENV = {'HOROVOD_DYNAMIC_PROCESS_SETS': '1', 'HOROVOD_TIMELINE': 'DYNAMIC'}
 
 
 def worker(fn):

@@ -3,6 +3,9 @@ and process-set suites (horovod_testing) through an NDArray adapter, plus what i
 MXNet: bool arrays, the asynchronous engine, array lifetime and the result types."""
 
 import gc
+import os
+import re
+import tempfile
 
 import numpy as np
 import pytest
@@ -189,6 +192,63 @@ def mxnet_specifics():
     results = [hvd.allreduce(y, op=hvd.Sum, priority=p).asscalar() for p in (0, 5, -3)]
     checks['unnamed'] = results == [total - size] * 3
     return checks
+
+
+@worker
+def engine_names():
+    """The names the engine sees (from rank 0's timeline): ``horovod_<op>.<name>``, automatic
+    ``noname`` counters, ``_<i>of<n>`` for grouped members, trainer prefixes and optimizer
+    indices."""
+    import horovod.mxnet as hvd
+    import mxnet as mx
+    path = os.path.join(tempfile.mkdtemp(), 'timeline.json')
+    hvd.start_timeline(path)
+    x = mx.nd.ones((2 * hvd.size(), 2))
+    hvd.allreduce(x, name='named')
+    hvd.allreduce_(x)
+    hvd.grouped_allreduce([x, x], name='group')
+    hvd.allgather(x)
+    hvd.grouped_allgather([x, x])
+    hvd.broadcast(x, 0, name='root')
+    hvd.alltoall(x, name='exchange')
+    hvd.reducescatter(x)
+    hvd.grouped_reducescatter([x, x], name='rs')
+    net = mx.gluon.nn.Dense(2, in_units=2)
+    net.initialize()
+    for prefix, groups in (('solo.', 0), ('grouped.', 1)):
+        trainer = hvd.DistributedTrainer(net.collect_params(), 'sgd', prefix=prefix,
+                                         num_groups=groups)
+        with mx.autograd.record():
+            loss = net(x).sum()
+        loss.backward()
+        trainer.step(1)
+    optimizer = hvd.DistributedOptimizer(mx.optimizer.SGD(), num_groups=1)
+    optimizer.update([3, 4], [x, x], [x.copy(), x.copy()], [None, None])
+    hvd.stop_timeline()
+    if hvd.rank() != 0:
+        return None
+    with open(path) as f:
+        return sorted(set(re.findall(r'horovod_[a-z]+\.[A-Za-z0-9_.:]+', f.read())))
+
+
+@pytest.mark.parametrize('np_', SIZES)
+def test_engine_names(np_):
+    names = results(engine_names, np_)[0]
+    expected = {'horovod_allreduce.named', 'horovod_allreduce.group_1of2',
+                'horovod_allreduce.group_2of2', 'horovod_broadcast.root',
+                'horovod_alltoall.exchange', 'horovod_reducescatter.rs_1of2',
+                'horovod_reducescatter.rs_2of2'}
+    if np_ > 1:  # with one rank the trainer and the optimizer send nothing
+        expected |= {'horovod_allreduce.solo.0', 'horovod_allreduce.solo.1',
+                     'horovod_allreduce.grouped.0:grouped.1_1of2',
+                     'horovod_allreduce.grouped.0:grouped.1_2of2',
+                     'horovod_allreduce.3:4_1of2', 'horovod_allreduce.3:4_2of2'}
+    assert expected <= set(names), sorted(expected - set(names))
+    # Unnamed ops: a counter per kind (its value depends on the bodies that ran before).
+    for pattern in (r'horovod_allreduce\.noname\.\d+', r'horovod_allgather\.noname\.\d+',
+                    r'horovod_allgather\.noname\.\d+_2of2',
+                    r'horovod_reducescatter\.noname\.\d+'):
+        assert any(re.fullmatch(pattern, n) for n in names), (pattern, names)
 
 
 @pytest.mark.parametrize('np_', SIZES)
