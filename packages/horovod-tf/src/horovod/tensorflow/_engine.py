@@ -105,7 +105,8 @@ def start(kind, arrays, names, params):
     """
     # np.asarray, not np.ascontiguousarray: the latter turns 0-d arrays into 1-d ones.
     arrays = [np.asarray(a) for a in arrays]
-    arrays = [a if a.flags["C_CONTIGUOUS"] else np.ascontiguousarray(a) for a in arrays]
+    # The engine takes C-contiguous, writable arrays (DLPack cannot mark a buffer read-only).
+    arrays = [a if a.flags["C_CONTIGUOUS"] and a.flags["WRITEABLE"] else np.array(a, order="C") for a in arrays]
     handle = _ops.new_handle()
     set_id = params["set_id"]
     outputs = None

@@ -11,6 +11,8 @@ import cloudpickle
 import numpy as np
 import tensorflow as tf
 
+from horovod.tensorflow.util import _no_autograph
+
 from horovod.tensorflow import _engine
 from horovod.tensorflow.mpi_ops import (
     _broadcast_group,
@@ -22,6 +24,7 @@ from horovod.tensorflow.mpi_ops import (
 )
 
 
+@_no_autograph
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
     """Assigns the root's values to ``variables`` on every rank of ``process_set``.
 
@@ -94,7 +97,8 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
 def _to_bytes(obj):
     buffer = io.BytesIO()
     cloudpickle.dump(obj, buffer)
-    return np.frombuffer(buffer.getvalue(), dtype=np.uint8)
+    # A writable buffer: the engine takes no read-only arrays.
+    return np.frombuffer(bytearray(buffer.getvalue()), dtype=np.uint8)
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):

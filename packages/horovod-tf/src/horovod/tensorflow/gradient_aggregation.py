@@ -10,6 +10,7 @@ in lockstep.
 import tensorflow as tf
 
 from horovod.tensorflow.mpi_ops import global_process_set
+from horovod.tensorflow.util import _no_autograph
 
 
 class LocalGradientAggregationHelper:
@@ -78,6 +79,7 @@ class LocalGradientAggregationHelper:
             out.append(g)
         return out
 
+    @_no_autograph
     def compute_gradients(self, grads, vars):
         """Adds ``grads`` to the accumulators. On every ``backward_passes_per_step``-th call, returns
         the reduced accumulated gradients and clears the accumulators; otherwise returns the local
@@ -115,6 +117,7 @@ class LocalGradientAggregationHelper:
             result[i] = v
         return result
 
+    @_no_autograph
     def apply_gradients(self, apply_closure, optimizer, *args, **kwargs):
         """Runs ``apply_closure()`` when the last ``compute_gradients`` reduced (the counter is 0);
         otherwise only increments ``optimizer.iterations``, so the step count moves every call."""

@@ -41,6 +41,7 @@ from horovod.common.util import (
     get_average_backwards_compatibility_fun as _get_average_backwards_compatibility_fun,
 )
 from horovod.tensorflow import _engine
+from horovod.tensorflow.util import _no_autograph
 
 _basics = _HorovodBasics()
 
@@ -203,6 +204,7 @@ def _start(kind, tensors, names, params, out_dtypes, out_shapes):
     return _Started(kind, handle, tensors, out_dtypes, out_shapes)
 
 
+@_no_autograph
 def _finish(started):
     """Waits for a group started by ``_start``; returns its output tensors (a list)."""
     if tf.executing_eagerly():
@@ -258,6 +260,20 @@ def _allreduce_group(tensors, names_arg, op, prescale_factor, postscale_factor, 
     return list(forward(*tensors))
 
 
+@_no_autograph
+def _allreduce_start(tensors, name, op, prescale_factor, postscale_factor, process_set, ignore_name_scope=False):
+    """Submits dense ``tensors`` as one allreduce group and returns at once; ``_finish`` of the
+    result waits and returns the reduced tensors. Not differentiable: gradient reduction uses it
+    to have every group in flight before waiting for the first."""
+    tensors = _prepare(tensors, _ALLREDUCE_DTYPES, 'grouped_allreduce')
+    _check_reduce_op(op, process_set, 'grouped_allreduce')
+    set_id = _process_set_id(process_set)
+    names = _names('grouped_allreduce', 'HorovodAllreduce', tensors, name, set_id, ignore_name_scope)
+    params = {'set_id': set_id, 'op': op, 'prescale': float(prescale_factor), 'postscale': float(postscale_factor)}
+    return _start('allreduce', tensors, names, params, [t.dtype for t in tensors], [t.shape for t in tensors])
+
+
+@_no_autograph
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0, ignore_name_scope=False,
                process_set=global_process_set):
     """Raw allreduce of a dense tensor (default op Sum); differentiable (the gradient is the
@@ -271,6 +287,7 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
                             process_set, grouped=False)[0]
 
 
+@_no_autograph
 def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
                        ignore_name_scope=False, process_set=global_process_set):
     """Raw allreduce of a list of dense tensors submitted as one group (fused by the engine);
@@ -323,6 +340,7 @@ def _allgather_group(tensors, name, ignore_name_scope, process_set, grouped):
     return list(forward(*tensors))
 
 
+@_no_autograph
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates every rank's ``tensor`` along dimension 0, in set-rank order.
 
@@ -344,6 +362,7 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
     return _allgather_group([tensor], name, ignore_name_scope, process_set, grouped=False)[0]
 
 
+@_no_autograph
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Allgather of a list of tensors submitted as one group; returns a list. As ``allgather``
     for each member."""
@@ -384,6 +403,7 @@ def _rank_value():
     return rank() if tf.executing_eagerly() else rank_op()
 
 
+@_no_autograph
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
     """The root's ``tensor`` on every rank of ``process_set``.
 
@@ -413,6 +433,7 @@ def _variable_kind(variable):
     raise ValueError(f'broadcast_ expects tf.Variable objects, got {type(variable).__name__}.')
 
 
+@_no_autograph
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Broadcasts the root's values into ``variables`` on every rank (one group).
 
@@ -485,6 +506,7 @@ def _alltoall_raw(tensor, splits, name, ignore_name_scope, process_set, set_id):
     return out, received
 
 
+@_no_autograph
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Sends rows of ``tensor`` to every member of ``process_set`` and receives theirs.
 
@@ -572,6 +594,7 @@ def _set_size_value(process_set):
     return size_op(process_set.process_set_id)
 
 
+@_no_autograph
 def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False, process_set=global_process_set,
                    prescale_factor=1.0, postscale_factor=1.0):
     """Raw reducescatter (default op Sum): the reduction of every rank's ``tensor`` split along
@@ -585,6 +608,7 @@ def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False, process_s
                                 postscale_factor, grouped=False)[0]
 
 
+@_no_autograph
 def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False, process_set=global_process_set,
                            prescale_factor=1.0, postscale_factor=1.0):
     """Raw reducescatter of a list of tensors as one group; returns a list."""
@@ -594,6 +618,7 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False, 
 
 # -- join and run-time queries -----------------------------------------------------------------
 
+@_no_autograph
 def join():
     """Tells the engine this rank has no more data, and waits until every rank has joined.
 
@@ -615,22 +640,26 @@ def _runtime_int(fn, name, default_name):
     return out
 
 
+@_no_autograph
 def size_op(process_set_id=0, name=None):
     """int32 scalar tensor: the number of ranks of the process set, read when the op runs (it
     follows re-initialisation in elastic mode). Not differentiable."""
     return _runtime_int(lambda: _basics._process_set_size(process_set_id), name, 'HorovodSize')
 
 
+@_no_autograph
 def local_size_op(name=None):
     """int32 scalar tensor: the number of ranks on this host, read when the op runs."""
     return _runtime_int(local_size, name, 'HorovodLocalSize')
 
 
+@_no_autograph
 def rank_op(name=None):
     """int32 scalar tensor: this process's global rank, read when the op runs."""
     return _runtime_int(rank, name, 'HorovodRank')
 
 
+@_no_autograph
 def local_rank_op(name=None):
     """int32 scalar tensor: this process's rank on its host, read when the op runs."""
     return _runtime_int(local_rank, name, 'HorovodLocalRank')
@@ -645,6 +674,7 @@ def _process_set_included(process_set_id):
     return int(rank() in ids[process_set_id])
 
 
+@_no_autograph
 def process_set_included_op(process_set_id=0, name=None):
     """int32 scalar tensor, evaluated when the op runs: 1 if this rank belongs to the process set,
     0 if not, -1 if Horovod is not initialised, -3 if the set is unknown."""

@@ -11,11 +11,14 @@ from horovod.tensorflow.mpi_ops import (
     Adasum,
     Average,
     Sum,
+    _allreduce_start,
+    _finish,
     _set_size_value,
     global_process_set,
     rank,
 )
 from horovod.tensorflow.reduction import grouped_allreduce
+from horovod.tensorflow.util import _no_autograph
 
 
 def _check_options(op, gradient_predivide_factor, num_groups, groups):
@@ -86,6 +89,7 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
     else:
         prescale = postscale = 1.0
 
+    @_no_autograph
     def allreduce_grads(grads, vars=None, use_generic_names=False):
         grads = list(grads)
         with tf.name_scope(name + '_Allreduce'):
@@ -93,6 +97,9 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
                 grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
             indices = [i for i, g in enumerate(grads) if g is not None]
             result = list(grads)
+            # Every dense group is submitted before the first is waited on, so that the engine can
+            # fuse and overlap them; IndexedSlices take the allgather path of allreduce.
+            in_flight = []
             for j, group in enumerate(_split_groups(indices, grads, vars, groups)):
                 if use_generic_names:
                     group_name = f'grad_{group[0]}'
@@ -100,12 +107,22 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
                     group_name = f'{name}_Allreduce.group{j}of{len(indices)}'
                 else:
                     group_name = None
-                reduced = grouped_allreduce([grads[i] for i in group], compression=compression, op=op,
-                                            prescale_factor=prescale, postscale_factor=postscale,
-                                            process_set=process_set, name=group_name,
-                                            ignore_name_scope=use_generic_names)
-                for i, r in zip(group, reduced, strict=True):
-                    result[i] = r
+                sparse = [i for i in group if isinstance(grads[i], tf.IndexedSlices)]
+                dense = [i for i in group if not isinstance(grads[i], tf.IndexedSlices)]
+                if sparse:
+                    reduced = grouped_allreduce([grads[i] for i in sparse], op=op, process_set=process_set,
+                                                name=None if group_name is None else f'{group_name}.sparse',
+                                                ignore_name_scope=use_generic_names)
+                    for i, r in zip(sparse, reduced, strict=True):
+                        result[i] = r
+                if dense:
+                    compressed = [compression.compress(tf.convert_to_tensor(grads[i])) for i in dense]
+                    started = _allreduce_start([c for c, _ in compressed], group_name, op, prescale, postscale,
+                                               process_set, ignore_name_scope=use_generic_names)
+                    in_flight.append((dense, [ctx for _, ctx in compressed], started))
+            for dense, contexts, started in in_flight:
+                for i, r, ctx in zip(dense, _finish(started), contexts, strict=True):
+                    result[i] = compression.decompress(r, ctx)
             return result
 
     return allreduce_grads
@@ -187,6 +204,7 @@ def _create_keras_distributed_optimizer(optimizer, name, device_dense, device_sp
         return _reduce_with_locals(allreduce_grads, grads, vars, self._hvd_local_vars, process_set,
                                    scale_local_gradients)
 
+    @_no_autograph
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
         if trainable_variables is None:
@@ -204,6 +222,7 @@ def _create_keras_distributed_optimizer(optimizer, name, device_dense, device_sp
         reduced = self._agg_helper.compute_gradients(grads, variables)
         return self._agg_helper.apply_gradients(lambda: base.apply(self, reduced, variables), self)
 
+    @_no_autograph
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
         grads_and_vars = list(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
@@ -260,7 +279,7 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
         """The wrapped optimizer's ``compute_gradients``, then every non-local gradient reduced
         across ranks; returns a list of ``(gradient, variable)``."""
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
-        grads, vars = zip(*pairs) if pairs else ((), ())
+        grads, vars = zip(*pairs, strict=True) if pairs else ((), ())
         if self._agg_helper is not None:
             reduced = self._agg_helper.compute_gradients(list(grads), list(vars))
         else:

@@ -3,6 +3,8 @@ argument, and ``tf.IndexedSlices`` (sparse gradients of embedding lookups and ga
 
 import tensorflow as tf
 
+from horovod.tensorflow.util import _no_autograph
+
 from horovod.tensorflow.compression import Compression
 from horovod.tensorflow.mpi_ops import (
     Adasum,
@@ -49,6 +51,7 @@ def _sparse_allreduce(slices, op, name, process_set, ignore_name_scope):
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
+@_no_autograph
 def allreduce(tensor, average=None, device_dense='', device_sparse='', compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
               ignore_name_scope=False):
@@ -87,6 +90,7 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='', compressi
     return compression.decompress(reduced, ctx)
 
 
+@_no_autograph
 def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='', compression=Compression.none,
                       op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
                       ignore_name_scope=False, name=None):
@@ -115,6 +119,7 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='', 
     return results
 
 
+@_no_autograph
 def reducescatter(tensor, device_dense='', compression=Compression.none, op=Average, name=None,
                   process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
                   postscale_factor=1.0):
@@ -129,6 +134,7 @@ def reducescatter(tensor, device_dense='', compression=Compression.none, op=Aver
     return compression.decompress(reduced, ctx)
 
 
+@_no_autograph
 def grouped_reducescatter(tensors, device_dense='', compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """``reducescatter`` of a list of tensors submitted as one group; returns a list."""

@@ -3,6 +3,7 @@
 import tensorflow as tf
 
 from horovod.tensorflow.mpi_ops import Sum, _allreduce, size
+from horovod.tensorflow.util import _no_autograph
 
 _BatchNormalization = tf.keras.layers.BatchNormalization
 
@@ -30,6 +31,7 @@ class SyncBatchNormalization(_BatchNormalization):
         kwargs.setdefault('name', 'sync_batch_normalization')
         super().__init__(**kwargs)
 
+    @_no_autograph
     def _moments(self, inputs, mask):
         mean, variance = super()._moments(inputs, mask)
         n = size()

@@ -5,6 +5,7 @@ import tensorflow as tf
 from horovod.tensorflow.compression import Compression
 from horovod.tensorflow.mpi_ops import Average, global_process_set
 from horovod.tensorflow.optimizer import _check_options, _make_allreduce_grads_fn, _reduce_with_locals, _ref
+from horovod.tensorflow.util import _no_autograph
 
 
 class _DistributedTapeMixin:
@@ -23,6 +24,7 @@ class _DistributedTapeMixin:
                                       self._hvd_process_set, self._hvd_scale_local_gradients, use_generic_names)
         return flat, reduced
 
+    @_no_autograph
     def gradient(self, target, sources, output_gradients=None, use_generic_names=False):
         """The base tape's gradient, then every non-local gradient reduced across ranks (one
         engine submission per group). Returns the gradients in the structure of ``sources``; None
@@ -34,6 +36,7 @@ class _DistributedTapeMixin:
         _, reduced = self._hvd_gradients(target, sources, output_gradients, use_generic_names)
         return tf.nest.pack_sequence_as(sources, reduced)
 
+    @_no_autograph
     def get_local_and_global_gradients(self, target, sources, output_gradients=None, use_generic_names=False):
         """Returns ``(local, global)``: lists of ``(source, gradient)`` for the registered local
         sources and for the others (reduced)."""

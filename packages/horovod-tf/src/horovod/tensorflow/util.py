@@ -41,3 +41,10 @@ def refs_to_vars(refs):
     if isinstance(refs, tuple):
         return tuple(r.deref() for r in refs)
     return [r.deref() for r in refs]
+
+
+def _no_autograph(f):
+    """Marks a library function so that AutoGraph calls it as it is instead of converting it when
+    a ``tf.function`` calls it: conversion would only cost tracing time, since these functions
+    build their graph with Python control flow on trace-time values on purpose."""
+    return tf.autograph.experimental.do_not_convert(f)
