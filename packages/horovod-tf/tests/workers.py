@@ -320,7 +320,10 @@ def objects_and_variables():
         if mode == 'eager':
             hvd.broadcast_variables(v, root_rank=root, inplace=inplace)
         else:
-            tf.function(lambda v=v: hvd.broadcast_variables(v, root_rank=root))()
+            def assign(v=v):
+                hvd.broadcast_variables(v, root_rank=root)
+
+            tf.function(assign)()
         close(v[0].numpy(), np.full((2, 2), float(root)), f'broadcast_variables {mode} {inplace}')
         close(v[1].numpy(), np.arange(3) + root, f'broadcast_variables {mode} {inplace}')
     with tf.Graph().as_default():

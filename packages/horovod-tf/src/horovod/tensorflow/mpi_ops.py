@@ -116,7 +116,8 @@ def _check_not_xla(op_name):
         raise ValueError(
             f'{op_name} cannot be compiled with XLA: horovod.tensorflow reaches its engine through '
             'Python (tf.numpy_function), which tf.function(jit_compile=True) does not support. '
-            'Use tf.function without jit_compile for the step that calls Horovod.')
+            'Use tf.function without jit_compile for the step that calls Horovod (with Keras: '
+            'model.compile(..., jit_compile=False)).')
 
 
 def _process_set_id(process_set):
