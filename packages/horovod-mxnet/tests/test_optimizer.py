@@ -31,9 +31,9 @@ def _net(freeze_bias=False):
 
 
 def _ordered(net):
-    # Parameter names carry a per-process counter; their order within one net is what matters.
-    params = net.collect_params()
-    return [params[k] for k in sorted(params.keys())]
+    # In creation order: names carry a per-process counter, so two nets' names sort alike only
+    # while the counters have the same number of digits.
+    return list(net.collect_params().values())
 
 
 def _batch(rank, step):

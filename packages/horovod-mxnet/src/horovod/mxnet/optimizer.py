@@ -169,7 +169,9 @@ class DistributedTrainer(mx.gluon.Trainer):
     the gradient; with ``num_groups > 0`` the gradients instead go in ``num_groups`` grouped
     allreduces, split further by dtype, named ``<prefix><first i>:<prefix><last i>``. All
     allreduces of a step are submitted before any is waited on, so the engine fuses them.
-    Nothing is sent when the set has one rank or this rank is not in it.
+    Nothing is sent when the set has one rank or this rank is not in it. Every rank must build
+    the same model the same way: gluon names parameters with per-process counters
+    (``dense3_weight``), and those names decide the positions.
 
     With this CPU build the average is a sum in the engine, and the trainer's gradient scale
     is multiplied by ``gradient_predivide_factor / set size`` (see ``_averaging``).
