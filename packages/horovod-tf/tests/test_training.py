@@ -36,3 +36,8 @@ def test_errors(result):
             assert v['eager_mismatch'] == 'FailedPreconditionError'
             assert v['root_mismatch'] == 'FailedPreconditionError'
             assert v['graph_mismatch'] in ('UnknownError', 'FailedPreconditionError'), v
+
+
+def test_elastic_state_and_run(result):
+    n, values = result('elastic')
+    assert values == [([(0, 0.0), (1, 1.0)], 4, 0)] * n

@@ -464,6 +464,50 @@ def join():
     return run_join_suite(EagerAdapter)
 
 
+def elastic():
+    """hvd.elastic: state sync from rank 0, commit and restore, and run() retrying after a
+    collective failed inside a graph (UnknownError naming a Horovod op), with Horovod reset.
+    Last: the retry shuts Horovod down and initialises it again."""
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    _expect(ValueError, lambda: hvd.elastic.TensorFlowKerasState(tf.keras.Sequential([tf.keras.layers.Dense(2)])),
+            'unbuilt model', 'build')
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2)])
+    model.set_weights([np.full((3, 2), float(rank), np.float32), np.full(2, float(rank), np.float32)])
+    state = hvd.elastic.TensorFlowKerasState(model, batch=rank)
+    attempts = []
+
+    @hvd.elastic.run
+    def train(state):
+        attempts.append((state.batch, float(model.get_weights()[0][0, 0])))
+        for _ in range(3):
+            model.set_weights([w + 1 for w in model.get_weights()])
+            state.batch += 1
+            if len(attempts) == 1 and state.batch == 2:
+                raise tf.errors.UnknownError(None, None, 'HorovodAllreduce of x failed: simulated peer failure')
+            state.commit()
+        total = hvd.allreduce(tf.constant(model.get_weights()[0]), op=hvd.Sum, name='elastic_total').numpy()
+        return state.batch, float(total[0, 0])
+
+    batch, total = train(state)
+    # Synced from rank 0 (batch 0, weights 0); rolled back to the commit after one step.
+    if attempts != [(0, 0.0), (1, 1.0)] or batch != 4 or total != 4.0 * n:
+        raise AssertionError(f'elastic run: attempts {attempts}, batch {batch}, total {total}')
+
+    @hvd.elastic.run
+    def unrelated(state):
+        raise tf.errors.UnknownError(None, None, 'not a Horovod failure')
+
+    _expect(tf.errors.UnknownError, lambda: unrelated(state), 'unrelated UnknownError propagates')
+    variables = [tf.Variable(np.full(2, float(rank)))]
+    tf_state = hvd.elastic.TensorFlowState(variables, epoch=rank)
+    tf_state.sync()
+    variables[0].assign([7.0, 7.0])
+    tf_state.restore()
+    close(variables[0].numpy(), np.zeros(2), 'TensorFlowState restored to the synced values')
+    return attempts, batch, tf_state.epoch
+
+
 WORKERS = {
     'import_without_torch': import_without_torch,
     'collectives': collectives,
@@ -476,6 +520,7 @@ WORKERS = {
     'alignment': alignment,
     'process_sets': process_sets,
     'join': join,
+    'elastic': elastic,
 }
 
 

@@ -86,6 +86,8 @@ if hasattr(tf, 'GradientTape'):
 if hasattr(tf.compat.v1, 'global_variables') and hasattr(tf.compat.v1.train, 'SessionRunHook'):
     from horovod.tensorflow.functions import BroadcastGlobalVariablesHook  # noqa: F401
 
+from horovod.tensorflow import elastic  # noqa: E402,F401 (hvd.elastic; imports the names above)
+
 
 def check_num_rank_power_of_2(num_rank):
     """Whether ``num_rank`` is a power of 2 (positive)."""
