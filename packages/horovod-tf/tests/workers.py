@@ -297,6 +297,21 @@ def _legacy_optimizer(hvd, rank, n):
     close(start, np.ones(3), 'hook broadcast the root\'s initial value')
     expected = np.ones(3) - 0.1 * np.mean([2 * np.ones(3) * x for x in xs], axis=0)
     close(after, expected, 'legacy optimizer step')
+    # Two backward passes per step in a TF1 graph: the first pass applies nothing.
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable('w', initializer=np.ones(3))
+        loss = tf.reduce_sum(w * w * xs[rank])
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), backward_passes_per_step=2)
+        train = opt.minimize(loss)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(train)
+            first = sess.run(w)
+            sess.run(train)
+            second = sess.run(w)
+    close(first, np.ones(3), 'legacy aggregation: no update after one pass')
+    # Both passes at w = 1: the accumulated gradient is 2 * (2 * x) per rank, averaged over ranks.
+    close(second, np.ones(3) - 0.1 * np.mean([4 * x for x in xs], axis=0), 'legacy aggregated step')
     return True
 
 
@@ -412,6 +427,13 @@ def errors():
     seen['fused'] = _expect(ValueError, lambda: hvd.SyncBatchNormalization(fused=True), 'fused')
     seen['bpps'] = _expect(ValueError, lambda: hvd.LocalGradientAggregationHelper(0, None, False, False), 'bpps 0')
     seen['not_optimizer'] = _expect(ValueError, lambda: hvd.DistributedOptimizer(object()), 'not an optimizer')
+    if n in (1, 2):
+        # Adasum of orthogonal vectors is their sum; of one vector, itself.
+        x = tf.constant([1.0, 0.0] if rank == 0 else [0.0, 1.0])
+        seen['adasum'] = hvd.allreduce(x, op=hvd.Adasum, name='adasum').numpy().tolist()
+    else:
+        seen['adasum'] = _expect(NotImplementedError, lambda: hvd.allreduce(tf.ones(2), op=hvd.Adasum),
+                                 'Adasum on 3 ranks', 'power-of-2')
     if n > 1:
         # Shapes differ between ranks: every rank gets the error, eagerly...
         bad = tf.ones((rank + 1,))

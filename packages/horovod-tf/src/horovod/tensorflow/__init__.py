@@ -37,6 +37,7 @@ from horovod.tensorflow.mpi_ops import (  # noqa: F401
     alltoall,
     broadcast,
     broadcast_,
+    check_num_rank_power_of_2,
     ccl_built,
     cross_rank,
     cross_size,
@@ -88,7 +89,3 @@ if hasattr(tf.compat.v1, 'global_variables') and hasattr(tf.compat.v1.train, 'Se
 
 from horovod.tensorflow import elastic  # noqa: E402,F401 (hvd.elastic; imports the names above)
 
-
-def check_num_rank_power_of_2(num_rank):
-    """Whether ``num_rank`` is a power of 2 (positive)."""
-    return num_rank > 0 and (num_rank & (num_rank - 1)) == 0

@@ -147,13 +147,23 @@ def _check_dtype(tensor, allowed, op_name):
         raise ValueError(f'{op_name} does not support dtype {tensor.dtype.name}; supported dtypes: {names}.')
 
 
+def check_num_rank_power_of_2(num_rank):
+    """Whether ``num_rank`` is a positive power of 2."""
+    return num_rank > 0 and (num_rank & (num_rank - 1)) == 0
+
+
 def _check_reduce_op(op, process_set, op_name):
     if op == Adasum:
-        raise NotImplementedError(f'{op_name} with op=Adasum is not supported by this release of '
-                                  'horovod.tensorflow; use hvd.Average or hvd.Sum.')
+        # Adasum pairs ranks by recursive halving over the global set (core.md §6.10).
+        if process_set.process_set_id != global_process_set.process_set_id:
+            raise NotImplementedError(f'{op_name} with op=Adasum supports only the global process set.')
+        if not check_num_rank_power_of_2(size()):
+            raise NotImplementedError(f'{op_name} with op=Adasum needs a power-of-2 number of ranks; '
+                                      f'non-power-of-2 ranks ({size()}) are unsupported.')
+        return
     if op not in _REDUCE_OPS:
         raise ValueError(f'Unknown reduce op {op!r}; expected one of hvd.Average, hvd.Sum, hvd.Min, '
-                         'hvd.Max, hvd.Product.')
+                         'hvd.Max, hvd.Product, hvd.Adasum.')
 
 
 def _base_name(prefix, title, tensor, name, set_id, ignore_name_scope):
@@ -629,7 +639,9 @@ def join():
     if tf.executing_eagerly():
         return tf.constant(_engine.join(), dtype=tf.int32)
     _check_not_xla('HorovodJoin')
-    return tf.numpy_function(lambda: np.int32(_engine.join()), [], tf.int32, stateful=True, name='HorovodJoin')
+    out = tf.numpy_function(lambda: np.int32(_engine.join()), [], tf.int32, stateful=True, name='HorovodJoin')
+    out.set_shape([])
+    return out
 
 
 def _runtime_int(fn, name, default_name):

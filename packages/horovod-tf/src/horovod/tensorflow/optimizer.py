@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from horovod.tensorflow.compression import Compression
 from horovod.tensorflow.gradient_aggregation import LocalGradientAggregationHelper
+from horovod.tensorflow.gradient_aggregation_eager import LocalGradientAggregationHelperEager
 from horovod.tensorflow.mpi_ops import (
     Adasum,
     Average,
@@ -187,7 +188,11 @@ def _create_keras_distributed_optimizer(optimizer, name, device_dense, device_sp
         self._hvd_name = name or 'Distributed' + base.__name__
         self._hvd_local_vars = set()
         self._agg_helper = None
-        if backward_passes_per_step > 1:
+        if backward_passes_per_step > 1 and tf.executing_eagerly():
+            self._agg_helper = LocalGradientAggregationHelperEager(
+                backward_passes_per_step, self._allreduce, sparse_as_dense, average_aggregated_gradients,
+                process_set, scale_local_gradients)
+        elif backward_passes_per_step > 1:
             self._agg_helper = LocalGradientAggregationHelper(
                 backward_passes_per_step, self._allreduce, sparse_as_dense, average_aggregated_gradients,
                 rank(), LocalGradientAggregationHelper._OPTIMIZER_TYPE_KERAS, process_set,
@@ -304,7 +309,10 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
             with tf.control_dependencies([tf.compat.v1.assign_add(global_step, 1)]):
                 return tf.constant(False)
 
-        return tf.cond(tf.equal(self._agg_helper.counter.read_value(), 0), apply, skip).op
+        # In a TF1 graph nothing orders the counter's read after compute_gradients' update but
+        # the data: read it after the gradients exist.
+        with tf.control_dependencies([g for g, _ in grads_and_vars if g is not None]):
+            return tf.cond(tf.equal(self._agg_helper.counter.read_value(), 0), apply, skip).op
 
     def get_slot(self, *args, **kwargs):
         return self._optimizer.get_slot(*args, **kwargs)
