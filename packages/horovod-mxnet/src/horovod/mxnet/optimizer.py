@@ -24,6 +24,8 @@ def _averaging(gradient_predivide_factor, process_set):
     if gradient_predivide_factor <= 0:
         raise ValueError('gradient_predivide_factor must be positive, got '
                          f'{gradient_predivide_factor!r}.')
+    if gradient_predivide_factor != 1.0 and mpi_ops.rocm_built():
+        raise ValueError('gradient_predivide_factor other than 1.0 is not supported with ROCm.')
     prescale = 1.0 / gradient_predivide_factor
     if mpi_ops.nccl_built() < 21000 or mpi_ops.rocm_built():
         return Sum, prescale, 1.0, gradient_predivide_factor / process_set.size()
