@@ -213,6 +213,12 @@ def optimizer_cases():
     errors['delegation'] = float(abs(optimizer._optimizer.learning_rate - 0.7)
                                  + abs(optimizer._optimizer.wd - 0.25)
                                  + abs(optimizer.learning_rate - 0.7))
+    # MXNet's updaters pickle the optimizer when saving states with dump_optimizer=True.
+    update = mx.optimizer.get_updater(optimizer)
+    update.set_states(update.get_states(dump_optimizer=True))
+    restored = update.optimizer
+    errors['pickled'] = (0.0 if isinstance(restored, hvd.DistributedOptimizer)
+                         and restored.learning_rate == 0.7 and restored.wd == 0.25 else 1.0)
     return errors
 
 
@@ -234,6 +240,6 @@ def test_distributed_trainer_matches_single_process(np_):
 def test_distributed_optimizer_matches_single_process(np_):
     for errors in results(optimizer_cases, np_):
         assert set(errors) == {'sgd', 'predivide', 'adam', 'aggregated_0', 'aggregated_2',
-                               'delegation'} | ({'process_set'} if np_ > 1 else set())
+                               'delegation', 'pickled'} | ({'process_set'} if np_ > 1 else set())
         for key, error in errors.items():
             assert error <= 1e-5, (key, errors)
