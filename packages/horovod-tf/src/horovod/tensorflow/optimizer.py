@@ -99,8 +99,9 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
             indices = [i for i, g in enumerate(grads) if g is not None]
             result = list(grads)
             # Every dense group is submitted before the first is waited on, so that the engine can
-            # fuse and overlap them; IndexedSlices take the allgather path of allreduce.
-            in_flight = []
+            # fuse and overlap them; IndexedSlices then take the allgather path of allreduce while
+            # the dense groups are in flight.
+            in_flight, sparse_work = [], []
             for j, group in enumerate(_split_groups(indices, grads, vars, groups)):
                 if use_generic_names:
                     group_name = f'grad_{group[0]}'
@@ -111,16 +112,17 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
                 sparse = [i for i in group if isinstance(grads[i], tf.IndexedSlices)]
                 dense = [i for i in group if not isinstance(grads[i], tf.IndexedSlices)]
                 if sparse:
-                    reduced = grouped_allreduce([grads[i] for i in sparse], op=op, process_set=process_set,
-                                                name=None if group_name is None else f'{group_name}.sparse',
-                                                ignore_name_scope=use_generic_names)
-                    for i, r in zip(sparse, reduced, strict=True):
-                        result[i] = r
+                    sparse_work.append((sparse, None if group_name is None else f'{group_name}.sparse'))
                 if dense:
                     compressed = [compression.compress(tf.convert_to_tensor(grads[i])) for i in dense]
                     started = _allreduce_start([c for c, _ in compressed], group_name, op, prescale, postscale,
                                                process_set, ignore_name_scope=use_generic_names)
                     in_flight.append((dense, [ctx for _, ctx in compressed], started))
+            for sparse, sparse_name in sparse_work:
+                reduced = grouped_allreduce([grads[i] for i in sparse], op=op, process_set=process_set,
+                                            name=sparse_name, ignore_name_scope=use_generic_names)
+                for i, r in zip(sparse, reduced, strict=True):
+                    result[i] = r
             for dense, contexts, started in in_flight:
                 for i, r, ctx in zip(dense, _finish(started), contexts, strict=True):
                     result[i] = compression.decompress(r, ctx)
