@@ -11,6 +11,8 @@ packages=(
   libgloo-dev   # the Gloo backend: collectives and the full mesh over TCP
   libopenmpi-dev  # the MPI backend plugin links Open MPI (CMake finds it through mpicc)
   openmpi-bin     # mpirun, for horovodrun --mpi and the MPI tests
+  libgomp1        # OpenMP and quadmath runtimes the MXNet 1.9.1 wheel links (tests-mxnet)
+  libquadmath0
 )
 
 # Debian's own Python needs its headers from a package; a python.org or pyenv build ships them.
