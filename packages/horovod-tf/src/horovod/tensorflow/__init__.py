@@ -7,7 +7,12 @@ TensorFlow. See docs/tensorflow.md. ``tf.function(jit_compile=True)`` (XLA) is n
 Horovod ops built under it raise ValueError.
 """
 
-import tensorflow as tf
+import pkgutil
+
+# horovod.tensorflow.keras ships in horovod-keras: let it live in another folder (editable installs).
+__path__ = pkgutil.extend_path(__path__, __name__)
+
+import tensorflow as tf  # noqa: E402
 
 from horovod.tensorflow import mpi_ops, util  # noqa: F401 (hvd.mpi_ops, hvd.util)
 from horovod.tensorflow.compression import Compression  # noqa: F401
