@@ -472,9 +472,27 @@ def process_sets():
     """The shared dynamic process-set suite through the eager adapter (np >= 2)."""
     from horovod_testing.process_sets import run_process_set_suite
     from tf_adapter import EagerAdapter
-    if _hvd().size() < 2:
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    if n < 2:
         return None
-    return run_process_set_suite(EagerAdapter)
+    counts = run_process_set_suite(EagerAdapter)
+    # The same set ids reach the engine from a graph: members reduce, gather and read the size.
+    members = [0, n - 1] if n > 2 else [n - 1]
+    ps = hvd.add_process_set(members)
+    if rank in members:
+        def step():
+            return (hvd.allreduce(tf.constant([float(rank + 1)]), op=hvd.Sum, process_set=ps),
+                    hvd.allgather(tf.constant([rank]), process_set=ps), hvd.size_op(ps.process_set_id))
+        summed, gathered, set_size = tf.function(step)()
+        close(summed, [float(sum(m + 1 for m in members))], 'graph allreduce on a process set')
+        if gathered.numpy().tolist() != members or int(set_size) != len(members):
+            raise AssertionError(f'graph allgather / size_op on {members}: {gathered}, {set_size}')
+        counts['graph_member_ops'] = 3
+    else:
+        counts['graph_member_ops'] = 0
+    hvd.remove_process_set(ps)
+    return counts
 
 
 def join():
