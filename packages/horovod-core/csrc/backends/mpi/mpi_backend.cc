@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -22,6 +23,16 @@ namespace {
 
 bool g_initialized_here = false;
 int g_thread_level = MPI_THREAD_SINGLE;
+
+// An MPI handle from its integer value (mpi4py's comm.handle): a pointer in Open MPI, an int in MPICH.
+template <typename Handle>
+Handle HandleFromInteger(intptr_t value) {
+  if constexpr (std::is_pointer_v<Handle>) {
+    return reinterpret_cast<Handle>(value);
+  } else {
+    return static_cast<Handle>(value);
+  }
+}
 
 void Check(int code, const char* what) {
   if (code == MPI_SUCCESS) return;
@@ -287,7 +298,7 @@ __attribute__((visibility("default"))) horovod::Backend* horovod_mpi_create_back
       half_ops_created = true;
     }
     MPI_Comm parent = MPI_COMM_WORLD;
-    if (options->mpi_comm != 0) parent = reinterpret_cast<MPI_Comm>(options->mpi_comm);
+    if (options->mpi_comm != 0) parent = HandleFromInteger<MPI_Comm>(options->mpi_comm);
     MPI_Comm comm;
     if (!options->mpi_ranks.empty()) {
       MPI_Group world, group;
