@@ -11,6 +11,8 @@ packages=(
   libgloo-dev   # the Gloo backend: collectives and the full mesh over TCP
   libopenmpi-dev  # the MPI backend plugin links Open MPI (CMake finds it through mpicc)
   openmpi-bin     # mpirun, for horovodrun --mpi and the MPI tests
+  libeigen3-dev   # autotune: linear algebra of the Gaussian process (header-only)
+  liblbfgspp-dev  # autotune: L-BFGS-B for the acquisition function (header-only, over Eigen)
 )
 
 # Debian's own Python needs its headers from a package; a python.org or pyenv build ships them.
