@@ -100,15 +100,16 @@ def test_autotune_runs_to_completion(tmp_path, np_):
     max_samples = 5  # the four test points, then one proposal of the Bayesian optimisation
     results = run_ranks(np_, _train_until_tuned, env=_short_schedule(log, max_samples), timeout=240)
     rows = _read_log(log)
-    # Joint stage, then the cache off and on, then the chosen configuration.
-    assert len(rows) == max_samples + 2 + 1
-    joint, cache = rows[:max_samples], rows[max_samples:max_samples + 2]
+    # The initial parameters, the joint stage, the cache off and on, then the chosen configuration.
+    assert len(rows) == 1 + max_samples + 2 + 1
+    initial, joint, cache = rows[0], rows[1:1 + max_samples], rows[1 + max_samples:3 + max_samples]
+    assert (initial["fusion"], initial["cycle"], initial["cache"]) == (128.0, 1.0, 1)
     for row, (fusion, cycle) in zip(joint[:4], TEST_POINTS, strict=True):
         assert (row["fusion"], row["cycle"], row["cache"]) == (fusion, cycle, 1)
     proposal = joint[4]
     assert 0.0 <= proposal["fusion"] <= 64.0 and 1.0 <= proposal["cycle"] <= 100.0
     assert all(r["cache"] == 1 for r in joint)
-    best_joint = max(joint, key=lambda r: r["score"])
+    best_joint = max([initial] + joint, key=lambda r: r["score"])
     assert [r["cache"] for r in cache] == [0, 1]
     for row in cache:
         assert (row["fusion"], row["cycle"]) == (best_joint["fusion"], best_joint["cycle"])
@@ -124,8 +125,9 @@ def test_fixed_variables_are_not_tuned(tmp_path):
     env.update({"HOROVOD_FUSION_THRESHOLD": str(3 * MB), "HOROVOD_CACHE_CAPACITY": "512"})
     results = run_ranks(2, _train_until_tuned, env=env, timeout=240)
     rows = _read_log(log)
-    assert len(rows) == 4 + 1  # cycle time only: the four test points' cycle times, then the choice
-    assert [r["cycle"] for r in rows[:4]] == [cycle for _, cycle in TEST_POINTS]
+    # Cycle time only: the initial one, the four test points' cycle times, then the choice.
+    assert len(rows) == 1 + 4 + 1
+    assert [r["cycle"] for r in rows[:5]] == [1.0] + [cycle for _, cycle in TEST_POINTS]
     assert all(r["fusion"] == 3.0 and r["cache"] == 1 for r in rows)
     _check_final(rows, [params for params, _ in results])
     assert results[0][0]["fusion_threshold_bytes"] == 3 * MB

@@ -94,11 +94,12 @@ def test_autotune_flags_reach_the_engine(tmp_path):
                                  "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "0.5",
                                  "HOROVOD_FUSION_THRESHOLD": str(2 * MB)}
     rows = _rows(log)
-    # --fusion-threshold-mb fixes the fusion threshold: cycle time (four samples) and cache (two), then the choice.
-    assert len(rows) == 4 + 2 + 1
-    assert [r[4] for r in rows[:4]] == [5.0, 50.0, 25.0, 10.0]
+    # --fusion-threshold-mb fixes the fusion threshold: the initial parameters, cycle time (four samples)
+    # and cache (two), then the choice.
+    assert len(rows) == 1 + 4 + 2 + 1
+    assert [r[4] for r in rows[:5]] == [1.0, 5.0, 50.0, 25.0, 10.0]
     assert all(r[5] == 2.0 for r in rows)
-    assert [r[3] for r in rows[4:6]] == [0.0, 1.0]
+    assert [r[3] for r in rows[5:7]] == [0.0, 1.0]
     _check_same_final(results, rows)
     assert results[0]["params"]["fusion_threshold_bytes"] == 2 * MB
 
@@ -126,9 +127,9 @@ def test_autotune_config_file_section(tmp_path):
     assert results[1]["env"]["HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"] == "0.3"
     assert results[1]["env"]["HOROVOD_CACHE_CAPACITY"] == "256"
     rows = _rows(log)
-    # The cache capacity is fixed by the config file: fusion and cycle only (four test points and one
-    # proposal), then the choice.
-    assert len(rows) == 5 + 1
-    assert [(r[5], r[4]) for r in rows[:4]] == [(4.0, 5.0), (32.0, 50.0), (16.0, 25.0), (8.0, 10.0)]
+    # The cache capacity is fixed by the config file: the initial parameters, fusion and cycle (four test
+    # points and one proposal), then the choice.
+    assert len(rows) == 1 + 5 + 1
+    assert [(r[5], r[4]) for r in rows[:5]] == [(128.0, 1.0), (4.0, 5.0), (32.0, 50.0), (16.0, 25.0), (8.0, 10.0)]
     assert all(r[3] == 1.0 for r in rows)
     _check_same_final(results, rows)

@@ -69,6 +69,12 @@ std::vector<double> ParameterManager::JointPoint(const TunedParameters& p) const
   return point;
 }
 
+bool ParameterManager::InJointSpace(const TunedParameters& p) const {
+  const double mb = static_cast<double>(p.fusion_threshold_bytes) / kBytesPerMb;
+  return (!tune_fusion_ || (mb >= kFusionMbLow && mb <= kFusionMbHigh)) &&
+         (!tune_cycle_ || (p.cycle_time_ms >= kCycleMsLow && p.cycle_time_ms <= kCycleMsHigh));
+}
+
 void ParameterManager::WriteRow(const TunedParameters& p, double score) {
   if (!log_.is_open()) return;
   log_ << int(p.hierarchical_allreduce) << ',' << int(p.hierarchical_allgather) << ',' << int(p.torus_allreduce) << ','
@@ -83,8 +89,8 @@ std::optional<TunedParameters> ParameterManager::Update(const std::vector<Respon
   if (!started_) {
     started_ = true;
     sample_start_ = now;
-    const bool nothing_to_tune = joint_left_ == 0 && cache_values_.empty();
-    if (warmup_left_ == 0 || nothing_to_tune) return Advance();
+    if (joint_left_ == 0 && cache_values_.empty()) return Advance();
+    if (warmup_left_ == 0) stage_ = Stage::INITIAL;
   }
   bool sample_done = false;
   for (const Response& response : executed) {
@@ -125,13 +131,15 @@ std::optional<TunedParameters> ParameterManager::Score(double score) {
     --warmup_left_;
     HVD_LOG(INFO) << "Autotune: warm-up score " << score << " bytes/us discarded; " << warmup_left_
                   << " warm-up samples left.";
-    if (warmup_left_ > 0) return std::nullopt;
-    return Advance();
+    // The initial parameters stay in force for their own score.
+    if (warmup_left_ == 0) stage_ = Stage::INITIAL;
+    return std::nullopt;
   }
   scored_.emplace_back(current_, score);
   WriteRow(current_, score);
   HVD_LOG(INFO) << "Autotune: " << Describe(current_) << ": score " << score << " bytes/us.";
-  if (stage_ == Stage::JOINT) optimizer_->AddSample(JointPoint(current_), score);
+  const bool model_it = stage_ == Stage::JOINT || (stage_ == Stage::INITIAL && InJointSpace(current_));
+  if (model_it && optimizer_) optimizer_->AddSample(JointPoint(current_), score);
   return Advance();
 }
 
@@ -157,7 +165,7 @@ TunedParameters ParameterManager::Advance() {
     return std::max_element(scored_.begin(), scored_.end(),
                             [](const auto& a, const auto& b) { return a.second < b.second; });
   };
-  if ((stage_ == Stage::JOINT || stage_ == Stage::WARMUP) && !scored_.empty()) {
+  if ((stage_ == Stage::JOINT || stage_ == Stage::INITIAL) && !scored_.empty()) {
     // The categorical stages start from the best pair.
     const TunedParameters& best = best_of()->first;
     current_.fusion_threshold_bytes = best.fusion_threshold_bytes;

@@ -2,6 +2,9 @@
 // allreduce bytes of the global process set per microsecond, and walks a chain of stages:
 //   warm-up   the first HOROVOD_AUTOTUNE_WARMUP_SAMPLES scores of the initial parameters are
 //             discarded;
+//   initial   the next one is kept: the parameters the job started with are a candidate too, so
+//             the search never settles on a configuration that scored worse than them (an
+//             addition to upstream's chain);
 //   joint     fusion threshold [0, 64] MB and cycle time [1, 100] ms together: four fixed test
 //             points, then Bayesian optimisation (bayesian_optimization.h), for up to
 //             HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES configurations; the best pair is kept;
@@ -56,7 +59,7 @@ class ParameterManager {
   static constexpr double kCycleMsLow = 1.0, kCycleMsHigh = 100.0;
 
  private:
-  enum class Stage { WARMUP, JOINT, CACHE, DONE };
+  enum class Stage { WARMUP, INITIAL, JOINT, CACHE, DONE };
 
   // Scores the parameters in force with `score` and returns the next ones to publish, if any.
   std::optional<TunedParameters> Score(double score);
@@ -64,6 +67,7 @@ class ParameterManager {
   TunedParameters Advance();
   void WriteRow(const TunedParameters& p, double score);
   std::vector<double> JointPoint(const TunedParameters& p) const;
+  bool InJointSpace(const TunedParameters& p) const;
 
   const bool tune_fusion_, tune_cycle_, tune_cache_;
   const int64_t steps_per_sample_;
