@@ -32,6 +32,7 @@ import numpy as np
 
 from horovod.common import _core, ops
 from horovod.common.basics import HorovodBasics
+from report import machine
 
 TUNED_VARIABLES = ("HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAPACITY")
 
@@ -104,7 +105,7 @@ def run_autotune(basics, work, args):
              "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": args.autotune_bayes_opt_max_samples,
              "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": args.autotune_gaussian_process_noise})
     basics.init()
-    rank, size = basics.rank(), basics.size()
+    rank, size, backend = basics.rank(), basics.size(), _core.backend_name()
     start, steps, wrong = time.perf_counter(), 0, 0
     while True:
         wrong += work.step(rank, size, steps % 5)
@@ -117,7 +118,7 @@ def run_autotune(basics, work, args):
     params = _core.tuned_parameters()
     basics.shutdown()
     return {"steps": steps, "seconds": seconds, "params": params, "wrong": wrong, "finished": not params["tuning"],
-            "rank": rank, "size": size}
+            "rank": rank, "size": size, "backend": backend}
 
 
 def run_fixed(basics, work, env, args):
@@ -161,6 +162,7 @@ def main():
     args = parser.parse_args()
 
     basics = HorovodBasics()
+    host = machine(int(os.environ.get("HOROVOD_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))))
     work = Workload(MODELS[args.model]())
     tune = run_autotune(basics, work, args)
     p = tune["params"]
@@ -173,22 +175,26 @@ def main():
     results = [summarise("defaults", {}, runs["defaults"], work), summarise("tuned", tuned_env, runs["tuned"], work)]
     if tune["rank"] != 0:
         return
-    lines = report(args, tune["size"], work, tune, results)
+    host["np"] = tune["size"]
+    lines = report(args, host, work, tune, results)
     print("\n".join(lines))
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write("\n".join(lines) + "\n")
 
 
-def report(args, size, work, tune, results):
+def report(args, m, work, tune, results):
     p = tune["params"]
     with open(args.autotune_log, encoding="utf-8") as f:
         log = f.read().strip()
     lines = [
-        f"# Autotune, {args.model}, np={size}",
+        f"# Autotune, {args.model}, np={m['np']}",
         "",
-        f"{len(work.grads)} float32 allreduces per step, {work.bytes} bytes; {os.cpu_count()} cores; "
-        f"load average {os.getloadavg()[0]:.2f} at the end; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        f"{m['cpu']}, {m['cores']} cores; {m['os']}; Python {m['python']}, horovod {m['horovod']}; {m['date']}; "
+        f"load average {m['load_average']} at the start, {os.getloadavg()[0]:.2f} at the end (other work shares "
+        "the cores).",
+        "",
+        f"{len(work.grads)} float32 allreduces per step, {work.bytes} bytes; backend {tune['backend']}.",
         "",
         f"Search: warm-up {args.autotune_warmup_samples}, steps per sample {args.autotune_steps_per_sample}, "
         f"Bayesian samples {args.autotune_bayes_opt_max_samples}, noise {args.autotune_gaussian_process_noise}: "

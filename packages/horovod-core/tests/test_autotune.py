@@ -41,7 +41,10 @@ def _train_until_tuned(max_steps=2000):
     try:
         for step in range(max_steps):
             handles, outputs = [], []
-            for i, n in enumerate(SIZES):
+            # Odd ranks submit in the opposite order: negotiation (and the response cache's held hits,
+            # while the cache is switched off and on) must still line the tensors up.
+            order = list(enumerate(SIZES))
+            for i, n in (reversed(order) if rank % 2 else order):
                 x = np.full(n, rank + 1 + step % 3, dtype=np.float32)
                 out = np.empty_like(x)
                 handles.append(ops.allreduce_async(ops.new_handle(), [x], [out], [f"grad.{i}"], 1))
