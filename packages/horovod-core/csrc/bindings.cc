@@ -216,9 +216,16 @@ void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequ
                       int32_t process_set_id) {
   std::shared_ptr<Engine> engine = RequireEngine();
   std::vector<TensorView> in = ToTensorViews(inputs, "allreduce input");
-  std::vector<TensorView> out = ToTensorViews(outputs, "allreduce output");
+  // An output that is its input (in place) is imported once: DLPack export is not free.
+  std::vector<TensorView> out;
+  const size_t num_outputs = nb::len(outputs);
+  if (num_outputs != in.size()) throw nb::value_error("allreduce needs one output per input");
+  for (size_t i = 0; i < num_outputs; ++i) {
+    nb::object output = outputs[i];
+    nb::object input = inputs[i];
+    out.push_back(output.is(input) ? in[i] : ToTensorView(output, "allreduce output"));
+  }
   CheckNames(names, in.size());
-  if (out.size() != in.size()) throw nb::value_error("allreduce needs one output per input");
   if (op < 0 || op > static_cast<int32_t>(ReduceOp::PRODUCT)) {
     throw nb::value_error(("unknown reduce op " + std::to_string(op) + "; expected one of hvd.Average, hvd.Sum, "
                            "hvd.Min, hvd.Max, hvd.Product")
@@ -598,14 +605,17 @@ NB_MODULE(_core, m) {
     Checked([&] { engine->StopTimeline(); });
   });
   m.def("engine_stats", [] {
-    NegotiationStats s = RequireEngineForQuery()->GlobalStats();
+    std::shared_ptr<Engine> engine = RequireEngineForQuery();
+    NegotiationStats s = engine->GlobalStats();
     nb::dict d;
     d["cycles"] = s.cycles;
     d["coordinator_rounds"] = s.coordinator_rounds;
     d["cache_hits"] = s.cache_hits;
     d["negotiation_us"] = s.negotiation_us;
+    d["shared_memory"] = engine->shared_memory();
     return d;
-  }, "Negotiation counters of the global process set: cycles, coordinator_rounds, cache_hits, negotiation_us.");
+  }, "Negotiation counters of the global process set (cycles, coordinator_rounds, cache_hits, negotiation_us), "
+     "and whether its collectives go through shared memory (shared_memory).");
   m.def("tuned_parameters", [] {
     TunedParameters p = RequireEngineForQuery()->CurrentParameters();
     nb::dict d;

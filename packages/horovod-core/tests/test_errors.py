@@ -146,10 +146,14 @@ def _peer_dies(report_dir):
         json.dump([outcome, time.monotonic() - start], f)
 
 
+@pytest.mark.parametrize("shared_memory", ["1", "0"])
 @pytest.mark.parametrize("np_", [2, 3])
-def test_dead_peer_fails_survivors_naming_it(tmp_path, np_):
+def test_dead_peer_fails_survivors_naming_it(tmp_path, np_, shared_memory):
+    # With shared memory the survivors notice that the peer's process is gone; without, that its
+    # connections closed.
+    env = {"HOROVOD_GLOO_TIMEOUT_SECONDS": "5", "HOROVOD_SHARED_MEMORY": shared_memory}
     with pytest.raises(AssertionError) as info:
-        run_ranks(np_, _peer_dies, str(tmp_path), env={"HOROVOD_GLOO_TIMEOUT_SECONDS": "5"}, timeout=60)
+        run_ranks(np_, _peer_dies, str(tmp_path), env=env, timeout=60)
     # Rank 1 vanished without a result; the others returned normally after their operation failed.
     assert "rank 1 (died)" in str(info.value) and "rank 0 (" not in str(info.value)
     for rank in [r for r in range(np_) if r != 1]:

@@ -58,6 +58,7 @@ struct Config {
   // Started by an MPI launcher (its variables are in the environment): MPI is the default backend.
   bool launched_by_mpi = false;
   bool hierarchical_allreduce = false;
+  bool shared_memory = true;  // HOROVOD_SHARED_MEMORY: the shared-memory transport on one host
   bool hierarchical_allgather = false;
   bool torus_allreduce = false;
   int64_t num_nccl_streams = 1;

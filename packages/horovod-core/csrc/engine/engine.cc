@@ -15,6 +15,7 @@
 #include "adasum.h"
 #include "logging.h"
 #include "reduction.h"
+#include "shared_memory.h"
 
 namespace horovod {
 
@@ -141,6 +142,22 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
     if (local_size != engine->config_.local_size) engine->homogeneous_ = false;
     engine->peers_.emplace_back(host, pid);
   }
+  // One host: the hot path goes through shared memory (csrc/engine/shared_memory.h).
+  bool one_host = global.size() > 1;
+  for (const auto& peer : engine->peers_) one_host = one_host && peer.first == engine->peers_[0].first;
+  if (one_host && engine->config_.shared_memory) {
+    std::vector<int64_t> pids;
+    for (const auto& peer : engine->peers_) pids.push_back(peer.second);
+    std::string why;
+    std::unique_ptr<Backend> shared = MakeSharedMemoryBackend(backend, pids, options, &why);
+    if (shared) {
+      backend = std::move(shared);
+      engine->shared_memory_ = true;
+    } else {
+      HVD_LOG(WARNING) << "Horovod could not set up shared memory between its ranks (" << why << "); collectives go "
+                       << "through " << engine->backend_name_ << " instead.";
+    }
+  }
   for (const auto& ranks : process_sets) {
     for (int r : ranks) {
       if (r < 0 || r >= global.size()) {
@@ -177,7 +194,7 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   }
   engine->thread_ = std::thread(&Engine::BackgroundLoop, engine.get());
   HVD_LOG(INFO) << "Horovod initialized: rank " << engine->config_.rank << " of " << engine->config_.size << ", backend "
-                << engine->backend_name_;
+                << engine->backend_name_ << (engine->shared_memory_ ? " with shared memory" : "");
   return engine;
 }
 
@@ -420,14 +437,31 @@ std::string Engine::DescribeLostRanks() {
 
 void Engine::BackgroundLoop() {
   Status status;
+  bool again = false;
   try {
     while (true) {
+      // Read every cycle: autotune changes it (ApplyParameters).
+      const auto cycle = std::chrono::microseconds(cycle_time_us_.load());
       {
         std::unique_lock<std::mutex> lock(wake_mu_);
-        wake_cv_.wait_for(lock, std::chrono::microseconds(cycle_time_us_.load()), [this] { return wake_; });
+        if (!again) wake_cv_.wait_for(lock, cycle, [this] { return wake_; });
         wake_ = false;
       }
+      const auto start = std::chrono::steady_clock::now();
+      progress_ = false;
       if (!RunCycle()) break;
+      // The cycle time bounds how long submitted work waits; it is not a sleep every operation
+      // pays. While this rank has operations waiting for the other ranks, the next cycle starts
+      // at once: its negotiation blocks until another rank's cycle meets it (when that rank submits
+      // them, or its cycle time expires), so the operations run as soon as the last rank submits.
+      // A quick cycle that ran nothing means every rank is waiting on the others (a stall, or
+      // ranks that submitted in incompatible orders): then the cycle time applies again, instead
+      // of spinning.
+      again = false;
+      if (progress_ || std::chrono::steady_clock::now() - start >= cycle / 4) {
+        std::lock_guard<std::mutex> lock(sets_mu_);
+        for (auto& [id, set] : sets_) again = again || (set->controller && !set->queue.Empty());
+      }
     }
     status = Status::UnknownError(exit_reason_.empty() ? kShutdownMessage : exit_reason_);
   } catch (const std::logic_error& e) {
@@ -508,6 +542,7 @@ void Engine::PerformAll(ProcessSet& set, const ResponseList& list) {
       }
     }
   }
+  if (!list.responses.empty()) progress_ = true;
   for (const Response& response : list.responses) Perform(set, response);
 }
 

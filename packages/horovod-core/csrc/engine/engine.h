@@ -98,6 +98,8 @@ class Engine {
   // The parameters in force (autotune may change them; the same on every rank from the cycle
   // they were broadcast in).
   TunedParameters CurrentParameters();
+  // Whether the global set's collectives go through shared memory (csrc/engine/shared_memory.h).
+  bool shared_memory() const { return shared_memory_; }
 
   const Config& config() const { return config_; }
   bool is_homogeneous() const { return homogeneous_; }
@@ -137,6 +139,7 @@ class Engine {
   const char* backend_name_ = "";
   std::string allreduce_activity_;  // timeline name of the backend's allreduce, e.g. GLOO_ALLREDUCE
   bool homogeneous_ = true;
+  bool shared_memory_ = false;  // the global set's collectives go through shared memory
   FusionBuffer fusion_buffer_;
   Timeline timeline_;
   bool timeline_enabled_ = false;
@@ -156,6 +159,7 @@ class Engine {
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   bool wake_ = false;
+  bool progress_ = false;  // the current cycle executed at least one response (background thread only)
   std::atomic<bool> shutdown_requested_{false};
   std::mutex reason_mu_;
   std::string shutdown_reason_;  // why this rank asks to shut down ("" = hvd.shutdown())

@@ -1,0 +1,434 @@
+#include "shared_memory.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "logging.h"
+#include "reduction.h"
+
+namespace horovod {
+
+namespace {
+
+// Bytes of one rank's slot in each half of the segment: the largest piece of an operation that
+// moves in one step. Larger operations are pipelined in steps of this size.
+constexpr int64_t kSlotBytes = 1 << 20;
+// Allreduce pieces up to this size are reduced whole by every rank (one step); larger ones are
+// split so that each rank reduces 1/n of the piece (two steps, n times less reduction work).
+constexpr int64_t kWholeReduceBytes = 64 << 10;
+// How long a waiting rank spins on a peer's counter before sleeping on the futex.
+constexpr auto kSpin = std::chrono::microseconds(20);
+// How often a sleeping rank checks that its peer process still exists.
+constexpr auto kLivenessPeriod = std::chrono::milliseconds(200);
+constexpr uint64_t kMagic = 0x484f524f564f4453ull;  // "HOROVODS"
+
+// One rank's counters, alone in their cache lines (two, against adjacent-line prefetching).
+struct alignas(128) RankCounters {
+  std::atomic<uint32_t> step;     // steps this rank has signalled (wraps around)
+  std::atomic<uint32_t> waiters;  // ranks sleeping on `step`
+  std::atomic<uint32_t> closed;   // set when this rank's backend is destroyed,
+  std::atomic<uint32_t> final_step;  // after storing the last step it really signalled
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be plain 32-bit integers");
+
+struct Header {
+  uint64_t magic;
+  int64_t size;
+  int64_t slot_bytes;
+};
+
+size_t HeaderBytes(int size) {
+  return (sizeof(Header) + 127) / 128 * 128 + sizeof(RankCounters) * static_cast<size_t>(size);
+}
+
+size_t SegmentBytes(int size) {
+  return (HeaderBytes(size) + 4095) / 4096 * 4096 + 2 * static_cast<size_t>(size) * kSlotBytes;
+}
+
+long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+// Whether counter value `now` has reached `target` (modulo 2^32).
+bool Reached(uint32_t now, uint32_t target) { return static_cast<int32_t>(now - target) >= 0; }
+
+class SharedMemoryBackend : public Backend {
+ public:
+  SharedMemoryBackend(std::unique_ptr<Backend> inner, void* base, size_t bytes, std::vector<int64_t> pids,
+                      std::chrono::milliseconds timeout)
+      : Backend(BackendOptionsOf(*inner)),
+        inner_(std::move(inner)),
+        base_(static_cast<char*>(base)),
+        bytes_(bytes),
+        pids_(std::move(pids)),
+        timeout_(timeout) {
+    counters_ = reinterpret_cast<RankCounters*>(base_ + (sizeof(Header) + 127) / 128 * 128);
+    data_ = base_ + (HeaderBytes(size_) + 4095) / 4096 * 4096;
+    // Spinning only helps when every rank has a core of its own.
+    spin_ = static_cast<unsigned>(size_) <= std::max(1u, std::thread::hardware_concurrency());
+  }
+
+  ~SharedMemoryBackend() override {
+    RankCounters& mine = counters_[rank_];
+    mine.final_step.store(step_, std::memory_order_seq_cst);
+    mine.closed.store(1, std::memory_order_seq_cst);
+    // Wake peers sleeping on this rank: they see `closed` and fail instead of waiting forever.
+    mine.step.fetch_add(1, std::memory_order_seq_cst);
+    Futex(&mine.step, FUTEX_WAKE, INT_MAX, nullptr);
+    munmap(base_, bytes_);
+  }
+
+  const char* name() const override { return inner_->name(); }
+  bool Topology(int* local_rank, int* local_size, int* cross_rank, int* cross_size) override {
+    return inner_->Topology(local_rank, local_size, cross_rank, cross_size);
+  }
+  bool threads_supported() const override { return inner_->threads_supported(); }
+
+  std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) override {
+    std::vector<std::vector<char>> out(size_);
+    ExchangeBytes(data, [&](int) { return rank_ == root; }, [&](int r) -> std::vector<char>& { return out[r]; });
+    return out;
+  }
+
+  void Broadcast(std::vector<char>& data, int root) override {
+    static const std::vector<char> kNothing;
+    std::vector<char> received;
+    ExchangeBytes(rank_ == root ? data : kNothing, [&](int r) { return r == root && rank_ != root; },
+                  [&](int) -> std::vector<char>& { return received; });
+    if (rank_ != root) data.swap(received);
+  }
+
+  void AllreduceBitsAnd(std::vector<uint64_t>& words) override {
+    const int64_t per_step = kSlotBytes / static_cast<int64_t>(sizeof(uint64_t));
+    const int64_t total = static_cast<int64_t>(words.size());
+    for (int64_t offset = 0; offset < total; offset += per_step) {
+      const int64_t n = std::min(per_step, total - offset);
+      std::memcpy(Slot(rank_), words.data() + offset, static_cast<size_t>(n) * sizeof(uint64_t));
+      Step();
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        const uint64_t* theirs = reinterpret_cast<const uint64_t*>(PreviousSlot(r));
+        for (int64_t i = 0; i < n; ++i) words[offset + i] &= theirs[i];
+      }
+    }
+  }
+
+  std::unique_ptr<Backend> Split(const std::vector<int>& ranks, const BackendOptions& options) override {
+    return inner_->Split(ranks, options);
+  }
+
+  void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
+    const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
+    const int64_t per_step = kSlotBytes / element;
+    char* out = static_cast<char*>(buffer);
+    for (int64_t offset = 0; offset < count; offset += per_step) {
+      const int64_t n = std::min(per_step, count - offset);
+      char* piece = out + offset * element;
+      std::memcpy(Slot(rank_), piece, static_cast<size_t>(n * element));
+      Step();
+      if (n * element <= kWholeReduceBytes) {
+        // Every rank reduces the whole piece, in rank order, so the results agree bit for bit.
+        Reduce(piece, PreviousSlot(0), PreviousSlot(1), n, dtype, op);
+        for (int r = 2; r < size_; ++r) Reduce(piece, piece, PreviousSlot(r), n, dtype, op);
+        continue;
+      }
+      // Rank r reduces elements [Bound(r), Bound(r + 1)) of the piece into its own slot, where
+      // no other rank reads them during this step; a second step publishes the results.
+      auto bound = [&](int r) {
+        const int64_t align = std::max<int64_t>(1, 64 / element);
+        return std::min(n, (n * r / size_ + align - 1) / align * align);
+      };
+      const int64_t lo = bound(rank_), hi = bound(rank_ + 1);
+      char* own = PreviousSlot(rank_) + lo * element;
+      if (hi > lo) {
+        // Ranks 0 and 1 fold in their own slot; a later rank's slot is still an operand then, so
+        // it folds in its output buffer (rewritten when the results are published) and copies.
+        char* fold = rank_ < 2 ? own : piece + lo * element;
+        Reduce(fold, PreviousSlot(0) + lo * element, PreviousSlot(1) + lo * element, hi - lo, dtype, op);
+        for (int r = 2; r < size_; ++r) Reduce(fold, fold, PreviousSlot(r) + lo * element, hi - lo, dtype, op);
+        if (fold != own) std::memcpy(own, fold, static_cast<size_t>((hi - lo) * element));
+      }
+      // Publishing reads the previous half: this barrier step writes nothing to the current one.
+      Barrier2();
+      for (int r = 0; r < size_; ++r) {
+        const int64_t a = bound(r), b = bound(r + 1);
+        if (b > a) std::memcpy(piece + a * element, HalfSlot(half_ ^ 1, r) + a * element, static_cast<size_t>((b - a) * element));
+      }
+    }
+  }
+
+  void Allgatherv(const void* input, void* output, const std::vector<int64_t>& bytes_per_rank) override {
+    int64_t longest = 0;
+    std::vector<int64_t> offsets(size_ + 1, 0);
+    for (int r = 0; r < size_; ++r) {
+      longest = std::max(longest, bytes_per_rank[r]);
+      offsets[r + 1] = offsets[r] + bytes_per_rank[r];
+    }
+    const char* in = static_cast<const char*>(input);
+    char* out = static_cast<char*>(output);
+    for (int64_t done = 0; done < longest; done += kSlotBytes) {
+      const int64_t mine = std::clamp<int64_t>(bytes_per_rank[rank_] - done, 0, kSlotBytes);
+      if (mine > 0) std::memcpy(Slot(rank_), in + done, static_cast<size_t>(mine));
+      Step();
+      for (int r = 0; r < size_; ++r) {
+        const int64_t theirs = std::clamp<int64_t>(bytes_per_rank[r] - done, 0, kSlotBytes);
+        if (theirs > 0) std::memcpy(out + offsets[r] + done, PreviousSlot(r), static_cast<size_t>(theirs));
+      }
+    }
+  }
+
+  void Broadcast(void* buffer, int64_t num_bytes, int root) override {
+    char* data = static_cast<char*>(buffer);
+    for (int64_t done = 0; done < num_bytes; done += kSlotBytes) {
+      const int64_t n = std::min(kSlotBytes, num_bytes - done);
+      if (rank_ == root) std::memcpy(Slot(rank_), data + done, static_cast<size_t>(n));
+      Step();
+      if (rank_ != root) std::memcpy(data + done, PreviousSlot(root), static_cast<size_t>(n));
+    }
+  }
+
+  void Alltoallv(const void* input, const std::vector<int64_t>& send_bytes, void* output,
+                 const std::vector<int64_t>& recv_bytes) override {
+    inner_->Alltoallv(input, send_bytes, output, recv_bytes);
+  }
+  void Reducescatter(void* buffer, int64_t count, const std::vector<int64_t>& counts, DataType dtype,
+                     ReduceOp op) override {
+    inner_->Reducescatter(buffer, count, counts, dtype, op);
+  }
+  void Barrier() override { Step(); }
+  void SendRecv(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes, int peer) override {
+    inner_->SendRecv(send, send_bytes, recv, recv_bytes, peer);
+  }
+
+ private:
+  static BackendOptions BackendOptionsOf(const Backend& inner) {
+    BackendOptions options;
+    options.rank = inner.rank();
+    options.size = inner.size();
+    return options;
+  }
+
+  char* HalfSlot(int half, int r) const {
+    return data_ + (static_cast<size_t>(half) * size_ + static_cast<size_t>(r)) * kSlotBytes;
+  }
+  // The slot of rank r in the half the current step writes, and in the half the step just
+  // completed wrote.
+  char* Slot(int r) const { return HalfSlot(half_, r); }
+  char* PreviousSlot(int r) const { return HalfSlot(half_ ^ 1, r); }
+
+  // One step: publish what this rank wrote into its current slot, wait until every rank has
+  // done the same, and switch halves (the data just published is then in PreviousSlot).
+  // A rank writes a half again only two steps later, after every rank has signalled the step in
+  // between, which each signals only after reading what it needed from this one.
+  void Step() {
+    Signal();
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) WaitFor(r, step_);
+    }
+    half_ ^= 1;
+  }
+
+  // A step inside an allreduce piece whose data already lies in the previous half: the halves
+  // must not switch, so the publishing reads see the same half. Safe: this step writes nothing.
+  void Barrier2() {
+    Signal();
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) WaitFor(r, step_);
+    }
+  }
+
+  void Signal() {
+    RankCounters& mine = counters_[rank_];
+    ++step_;
+    mine.step.store(step_, std::memory_order_seq_cst);
+    if (mine.waiters.load(std::memory_order_seq_cst) != 0) Futex(&mine.step, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+
+  void WaitFor(int r, uint32_t target) {
+    RankCounters& theirs = counters_[r];
+    if (Reached(theirs.step.load(std::memory_order_acquire), target)) return Check(r, target);
+    const auto start = std::chrono::steady_clock::now();
+    if (spin_) {
+      for (int i = 0;; ++i) {
+        if (Reached(theirs.step.load(std::memory_order_acquire), target)) return Check(r, target);
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if ((i & 63) == 63 && std::chrono::steady_clock::now() - start > kSpin) break;
+      }
+    } else {
+      std::this_thread::yield();
+    }
+    auto last_check = std::chrono::steady_clock::now();
+    while (true) {
+      theirs.waiters.fetch_add(1, std::memory_order_seq_cst);
+      const uint32_t now = theirs.step.load(std::memory_order_seq_cst);
+      if (Reached(now, target)) {
+        theirs.waiters.fetch_sub(1, std::memory_order_seq_cst);
+        return Check(r, target);
+      }
+      timespec period{0, 50 * 1000 * 1000};
+      Futex(&theirs.step, FUTEX_WAIT, now, &period);
+      theirs.waiters.fetch_sub(1, std::memory_order_seq_cst);
+      if (Reached(theirs.step.load(std::memory_order_acquire), target)) return Check(r, target);
+      const auto clock = std::chrono::steady_clock::now();
+      if (clock - last_check >= kLivenessPeriod) {
+        last_check = clock;
+        if (::kill(static_cast<pid_t>(pids_[r]), 0) != 0 && errno == ESRCH) {
+          throw std::runtime_error("shared memory: rank " + std::to_string(r) + " (pid " + std::to_string(pids_[r]) +
+                                   ") exited while this rank waited for it");
+        }
+      }
+      if (timeout_.count() > 0 && clock - start > timeout_) {
+        throw std::runtime_error("shared memory: rank " + std::to_string(r) + " did not reach step " +
+                                 std::to_string(target) + " within " + std::to_string(timeout_.count()) + " ms");
+      }
+    }
+  }
+
+  // Called once rank r's counter has reached `target`: a peer whose backend is gone (its engine
+  // stopped, on an error or at shutdown) advanced its counter only to wake this rank, unless it
+  // really signalled `target` before closing.
+  void Check(int r, uint32_t target) {
+    const RankCounters& theirs = counters_[r];
+    if (theirs.closed.load(std::memory_order_acquire) != 0 &&
+        !Reached(theirs.final_step.load(std::memory_order_acquire), target)) {
+      throw std::runtime_error("shared memory: rank " + std::to_string(r) + " (pid " + std::to_string(pids_[r]) +
+                               ") stopped its Horovod engine");
+    }
+  }
+
+  // Moves byte strings of any length through the slots: each step carries [total length | next
+  // piece] from every rank; `wanted(r)` says whether this rank keeps rank r's bytes, appended to
+  // `into(r)`. Steps continue until the longest string has been carried (every rank reads every
+  // length, so all agree on the number of steps).
+  template <typename Wanted, typename Into>
+  void ExchangeBytes(const std::vector<char>& data, Wanted wanted, Into into) {
+    constexpr int64_t kHeader = sizeof(uint64_t);
+    const int64_t piece = kSlotBytes - kHeader;
+    const int64_t mine = static_cast<int64_t>(data.size());
+    int64_t longest = 0;
+    for (int64_t done = 0; done == 0 || done < longest; done += piece) {
+      char* slot = Slot(rank_);
+      const uint64_t length = static_cast<uint64_t>(mine);
+      std::memcpy(slot, &length, kHeader);
+      const int64_t n = std::clamp<int64_t>(mine - done, 0, piece);
+      if (n > 0) std::memcpy(slot + kHeader, data.data() + done, static_cast<size_t>(n));
+      Step();
+      for (int r = 0; r < size_; ++r) {
+        const char* theirs = PreviousSlot(r);
+        uint64_t total = 0;
+        std::memcpy(&total, theirs, kHeader);
+        longest = std::max(longest, static_cast<int64_t>(total));
+        if (r == rank_ && done == 0 && wanted(r)) into(r) = data;
+        if (r == rank_ || !wanted(r)) continue;
+        const int64_t k = std::clamp<int64_t>(static_cast<int64_t>(total) - done, 0, piece);
+        std::vector<char>& dest = into(r);
+        dest.insert(dest.end(), theirs + kHeader, theirs + kHeader + k);
+      }
+      if (longest <= piece) break;
+    }
+  }
+
+  std::unique_ptr<Backend> inner_;
+  char* base_;
+  size_t bytes_;
+  std::vector<int64_t> pids_;
+  std::chrono::milliseconds timeout_;
+  RankCounters* counters_ = nullptr;
+  char* data_ = nullptr;
+  uint32_t step_ = 0;
+  int half_ = 0;
+  bool spin_ = true;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeSharedMemoryBackend(std::unique_ptr<Backend>& inner, const std::vector<int64_t>& pids,
+                                                 const BackendOptions& options, std::string* why) {
+  Backend& comm = *inner;
+  const int size = comm.size();
+  const size_t bytes = SegmentBytes(size);
+  std::string error;
+  std::vector<char> name_bytes;
+  void* base = MAP_FAILED;
+  if (comm.rank() == 0) {
+    std::random_device random;
+    std::ostringstream name;
+    name << "/horovod." << ::getpid() << "." << std::hex << random() << random();
+    const std::string text = name.str();
+    int fd = shm_open(text.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      error = "shm_open(" + text + "): " + std::strerror(errno);
+    } else {
+      // Reserve the pages now: on a full /dev/shm a later first touch would be SIGBUS.
+      int rc = ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? posix_fallocate(fd, 0, static_cast<off_t>(bytes)) : errno;
+      if (rc != 0) {
+        error = "reserving " + std::to_string(bytes) + " bytes in /dev/shm: " + std::strerror(rc);
+      } else {
+        base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (base == MAP_FAILED) error = std::string("mmap: ") + std::strerror(errno);
+      }
+      close(fd);
+      if (base != MAP_FAILED) {
+        Header* header = static_cast<Header*>(base);
+        std::memset(base, 0, HeaderBytes(size));
+        header->size = size;
+        header->slot_bytes = kSlotBytes;
+        header->magic = kMagic;
+      }
+    }
+    name_bytes.assign(text.begin(), text.end());
+    if (!error.empty()) name_bytes.clear();
+  }
+  comm.Broadcast(name_bytes, 0);
+  const std::string name(name_bytes.begin(), name_bytes.end());
+  if (comm.rank() != 0 && !name.empty()) {
+    int fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) {
+      error = "shm_open(" + name + "): " + std::strerror(errno);
+    } else {
+      base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (base == MAP_FAILED) error = std::string("mmap: ") + std::strerror(errno);
+      close(fd);
+      if (base != MAP_FAILED) {
+        const Header* header = static_cast<const Header*>(base);
+        if (header->magic != kMagic || header->size != size || header->slot_bytes != kSlotBytes) {
+          error = "the segment " + name + " does not match this job";
+        }
+      }
+    }
+  } else if (name.empty() && error.empty()) {
+    error = "rank 0 could not create the segment";
+  }
+  // Every rank must attach, or none uses the segment.
+  std::vector<uint64_t> ok{error.empty() ? 1u : 0u};
+  comm.AllreduceBitsAnd(ok);
+  if (comm.rank() == 0 && !name.empty()) shm_unlink(name.c_str());  // every rank has it mapped, or gave up
+  if (ok[0] == 0) {
+    if (base != MAP_FAILED) munmap(base, bytes);
+    *why = error.empty() ? "another rank could not attach the shared memory segment" : error;
+    return nullptr;
+  }
+  auto backend = std::make_unique<SharedMemoryBackend>(std::move(inner), base, bytes, pids, options.timeout);
+  return backend;
+}
+
+}  // namespace horovod

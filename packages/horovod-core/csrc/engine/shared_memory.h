@@ -1,0 +1,37 @@
+// The shared-memory transport: collectives between ranks on one host through a POSIX shared
+// memory segment, instead of loopback TCP (Gloo) or the MPI library.
+//
+// SharedMemoryBackend wraps the backend the job was started with (its "inner" backend) and takes
+// over the operations of the hot path: the response cache's bitwise AND, the coordinator's
+// gather and broadcast, allreduce, allgather, broadcast and barrier. Everything else (alltoall,
+// reducescatter, point-to-point for Adasum, creating the communicators of other process sets)
+// goes to the inner backend, which also stays the job's identity (its name, its topology).
+//
+// Every operation is a sequence of steps of the form "write into my slot, signal, wait until
+// every rank has signalled, read the others' slots". Each rank owns a 64-bit step counter in its
+// own cache line; signalling is one release store, and waiting spins briefly on the peers'
+// counters and then sleeps on a shared futex, so a rank waiting for a slow peer uses no CPU and
+// wakes as soon as the peer signals. Each operation alternates between two halves of the segment,
+// so a rank writing the next operation's data never overwrites data a slower peer still reads.
+// Reductions are identical on every rank: each element is reduced by one rank, in rank order.
+//
+// A wait that lasts longer than the backend's timeout, or whose peer process has exited, throws,
+// naming the rank.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+
+namespace horovod {
+
+// Collective over `inner`: creates the segment (on inner's rank 0, named after `job_key`) and
+// attaches every rank. `pids[r]` is the process id of rank r; every rank must be on this host.
+// Returns nullptr on every rank, with the reason in *why, when any rank failed to attach (no
+// /dev/shm, not enough space): the caller then keeps using `inner`.
+std::unique_ptr<Backend> MakeSharedMemoryBackend(std::unique_ptr<Backend>& inner, const std::vector<int64_t>& pids,
+                                                 const BackendOptions& options, std::string* why);
+
+}  // namespace horovod

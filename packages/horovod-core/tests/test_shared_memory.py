@@ -1,0 +1,92 @@
+"""The shared-memory transport (csrc/engine/shared_memory.h), used by default when every rank is on
+one host: results against numpy references at np = 2, 3 and 4 for sizes around its internal
+boundaries (the 64 KiB whole-reduce limit, the 1 MiB slot, several pipelined slots), every dtype,
+large allgathers and broadcasts, and negotiation messages longer than a slot. The same job with
+HOROVOD_SHARED_MEMORY=0 checks that the switch really changes the transport."""
+
+import numpy as np
+import pytest
+
+from horovod_testing import run_ranks
+
+_KIB = 1024
+_MIB = 1024 * 1024
+
+
+def _setup():
+    from horovod.common import _core, ops
+    from horovod.common.basics import HorovodBasics
+    from horovod_testing.collectives import NumpyAdapter
+    basics = HorovodBasics()
+    basics.init()
+    adapter = NumpyAdapter()
+    return basics, ops, adapter, _core
+
+
+def _transport_suite():
+    from horovod_testing.collectives import (AVERAGE, MAX, MIN, PRODUCT, SUM, assert_equal, rank_input,
+                                             reference_allreduce)
+    basics, ops, adapter, core = _setup()
+    rank, size = basics.rank(), basics.size()
+    cases = 0
+    dtypes = ["uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64", "bool"]
+    for dtype in dtypes:
+        item = np.dtype(dtype).itemsize
+        # Just under and over the whole-reduce limit, one element past a slot, and (for 4-byte
+        # types) an odd size spanning three slots.
+        counts = [1, 64 * _KIB // item - 1, 64 * _KIB // item + 5, _MIB // item + 3]
+        if item == 4:
+            counts.append(2 * _MIB + 13)
+        ops_to_check = [SUM, MIN, MAX, PRODUCT] if dtype in ("int64", "float32", "bool") else [SUM]
+        if dtype in ("float32", "float64"):
+            ops_to_check.append(AVERAGE)
+        for count in counts:
+            for op in ops_to_check:
+                x = rank_input(rank, dtype, (count,), salt=op)
+                result = adapter.allreduce(x, op, 1.0, 1.0, f"shm.{dtype}.{count}.{op}", inplace=True)
+                expected = reference_allreduce([rank_input(r, dtype, (count,), salt=op) for r in range(size)], op,
+                                               1.0, 1.0, dtype)
+                assert_equal(result, expected, dtype, f"allreduce {dtype} x{count} op {op}")
+                cases += 1
+    # Allgather: uneven row counts, each rank's block longer than a slot.
+    rows = [140 + 13 * r for r in range(size)]
+    mine = rank_input(rank, "float64", (rows[rank], 1001), salt=7)
+    gathered = adapter.allgather(mine, "shm.gather")
+    expected = np.concatenate([rank_input(r, "float64", (rows[r], 1001), salt=7) for r in range(size)])
+    assert_equal(gathered, expected, "float64", "allgather of blocks over 1 MiB")
+    cases += 1
+    # Broadcast from every root, 2.5 MiB and an odd byte count.
+    for root in range(size):
+        x = rank_input(rank, "uint8", (5 * _MIB // 2 + 7,), salt=root)
+        result = adapter.broadcast(x, root, f"shm.bcast.{root}", inplace=True)
+        assert_equal(result, rank_input(root, "uint8", (5 * _MIB // 2 + 7,), salt=root), "uint8",
+                     f"broadcast from {root}")
+        cases += 1
+    # A negotiation message longer than a slot: 4000 new tensors with long names in one group.
+    names = [f"shm.group.{i}." + "x" * 300 for i in range(4000)]
+    tensors = [np.full(3, rank + i, np.int32) for i in range(4000)]
+    h = ops.new_handle()
+    ops.allreduce_async(h, tensors, tensors, names, SUM)
+    ops.wait(h)
+    total = sum(range(size))
+    for i, t in enumerate(tensors):
+        assert_equal(t, np.full(3, total + size * i, np.int32), "int32", f"grouped tensor {i}")
+    cases += 1
+    stats = core.engine_stats()
+    basics.shutdown()
+    return cases, stats["shared_memory"]
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4])
+def test_transport_against_numpy(np_):
+    results = run_ranks(np_, _transport_suite, timeout=400)
+    for cases, shared in results:
+        assert shared, "every rank is on this host: the shared-memory transport should be in use"
+        assert cases == 90 + 1 + np_ + 1
+
+
+def test_switched_off():
+    results = run_ranks(2, _transport_suite, env={"HOROVOD_SHARED_MEMORY": "0"}, timeout=400)
+    for cases, shared in results:
+        assert not shared
+        assert cases == 90 + 1 + 2 + 1

@@ -1,0 +1,92 @@
+"""Horovod for TensorFlow: ``import horovod.tensorflow as hvd``.
+
+Collectives on ``tf.Tensor`` (eagerly, in ``tf.function`` and in TF1 graphs), gradient tapes and
+optimizers that average gradients across ranks, variable and object broadcast, and synchronised
+batch normalisation, over the horovod-core engine. Pure Python: nothing is compiled against
+TensorFlow. See docs/tensorflow.md. ``tf.function(jit_compile=True)`` (XLA) is not supported:
+Horovod ops built under it raise ValueError.
+"""
+
+import tensorflow as tf
+
+from horovod.tensorflow import mpi_ops, util  # noqa: F401 (hvd.mpi_ops, hvd.util)
+from horovod.tensorflow.compression import Compression  # noqa: F401
+from horovod.tensorflow.functions import (  # noqa: F401
+    allgather_object,
+    broadcast_global_variables,
+    broadcast_object,
+    broadcast_object_fn,
+    broadcast_variables,
+)
+from horovod.tensorflow.gradient_aggregation import LocalGradientAggregationHelper  # noqa: F401
+from horovod.tensorflow.mpi_ops import (  # noqa: F401
+    Adasum,
+    Average,
+    HorovodInternalError,
+    Max,
+    Min,
+    ProcessSet,
+    Product,
+    Sum,
+    _allreduce,
+    _grouped_allreduce,
+    _grouped_reducescatter,
+    _reducescatter,
+    add_process_set,
+    allgather,
+    alltoall,
+    broadcast,
+    broadcast_,
+    ccl_built,
+    cross_rank,
+    cross_size,
+    cuda_built,
+    ddl_built,
+    global_process_set,
+    gloo_built,
+    gloo_enabled,
+    grouped_allgather,
+    handle_average_backwards_compatibility,
+    init,
+    is_homogeneous,
+    is_initialized,
+    join,
+    local_rank,
+    local_rank_op,
+    local_size,
+    local_size_op,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    process_set_included_op,
+    rank,
+    rank_op,
+    remove_process_set,
+    rocm_built,
+    shutdown,
+    size,
+    size_op,
+    start_timeline,
+    stop_timeline,
+)
+from horovod.tensorflow.optimizer import DistributedOptimizer, _make_allreduce_grads_fn  # noqa: F401
+from horovod.tensorflow.reduction import (  # noqa: F401
+    allreduce,
+    grouped_allreduce,
+    grouped_reducescatter,
+    reducescatter,
+)
+from horovod.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
+from horovod.tensorflow.util import _cache, _executing_eagerly, _make_subgraph, refs_to_vars, vars_to_refs  # noqa: F401
+
+if hasattr(tf, 'GradientTape'):
+    from horovod.tensorflow.tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: F401
+
+if hasattr(tf.compat.v1, 'global_variables') and hasattr(tf.compat.v1.train, 'SessionRunHook'):
+    from horovod.tensorflow.functions import BroadcastGlobalVariablesHook  # noqa: F401
+
+
+def check_num_rank_power_of_2(num_rank):
+    """Whether ``num_rank`` is a power of 2 (positive)."""
+    return num_rank > 0 and (num_rank & (num_rank - 1)) == 0

@@ -1,0 +1,175 @@
+"""The bridge between TensorFlow and the horovod-core engine.
+
+Every collective of ``horovod.tensorflow`` reaches the engine in two steps: ``start`` submits a
+whole group of tensors (as numpy arrays viewing the TF buffers) and returns an integer handle at
+once; ``finish`` waits for that handle and returns the results as numpy arrays. Eagerly the two
+run back to back on the caller's thread. Inside a graph (``tf.function`` or a TF1 session) each
+is one ``tf.numpy_function`` node: the start node takes the group's tensors and yields the handle
+(an int64 scalar), the wait node takes the handle and yields the group's outputs. Because the
+two are separate nodes, several groups can be started before the first is waited on, so the
+engine fuses and overlaps them; and the number of Python ops per group does not grow with the
+number of tensors.
+
+Alignment: TensorFlow adopts a numpy array's buffer without copying only when it is 64-byte
+aligned, and requires that alignment of buffers it receives through DLPack. Every array this
+module hands back to TF is therefore 64-byte aligned: outputs the caller provides are allocated
+aligned, and engine-allocated outputs (allgather, alltoall, reducescatter) that are not aligned
+are copied once into aligned memory. String tensors never reach DLPack: the public wrappers
+refuse them before anything is submitted.
+
+Threading: ``start`` and ``finish`` run on the caller's thread (eager) or on a TF inter-op
+thread (graph); ``finish`` waits with the GIL released (inside the core). ``_pending`` keeps each
+group's input and output arrays alive until its handle is finished.
+"""
+
+import threading
+
+import numpy as np
+
+from horovod.common import ops as _ops
+from horovod.common.exceptions import HorovodInternalError
+
+ALIGNMENT = 64
+
+_pending = {}
+_lock = threading.Lock()
+
+
+def aligned_empty(shape, dtype):
+    """An uninitialised C-contiguous array whose data starts on a 64-byte boundary."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = np.empty(count * dtype.itemsize + ALIGNMENT, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % ALIGNMENT
+    return raw[offset:offset + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
+def aligned(array):
+    """``array`` itself when it is C-contiguous and 64-byte aligned, else an aligned copy."""
+    array = np.asarray(array)
+    if array.flags["C_CONTIGUOUS"] and (array.size == 0 or array.ctypes.data % ALIGNMENT == 0):
+        return array
+    copy = aligned_empty(array.shape, array.dtype)
+    copy[...] = array
+    return copy
+
+
+class EngineError(HorovodInternalError):
+    """Base of the errors ``finish`` raises when the engine reports a failed collective."""
+
+
+def _error_class(tf_error_class):
+    # A TF error class and HorovodInternalError at once: TF code catches tf.errors.*, elastic
+    # code catches HorovodInternalError.
+    def __init__(self, message):
+        tf_error_class.__init__(self, None, None, message)
+
+    return type(tf_error_class.__name__, (tf_error_class, EngineError), {"__init__": __init__})
+
+
+_error_classes = {}
+
+
+def _tf_error(message):
+    """The exception for an engine failure: ``tf.errors.FailedPreconditionError`` when the ranks
+    disagreed (dtype, shape, op, root, ...), ``tf.errors.UnknownError`` otherwise (shutdown, a
+    lost peer); both are also ``HorovodInternalError``."""
+    import tensorflow as tf
+    if not _error_classes:
+        _error_classes["mismatch"] = _error_class(tf.errors.FailedPreconditionError)
+        _error_classes["other"] = _error_class(tf.errors.UnknownError)
+    kind = "mismatch" if "ismatch" in message else "other"
+    return _error_classes[kind](message)
+
+
+def _op_title(kind):
+    return {"allreduce": "HorovodAllreduce", "allgather": "HorovodAllgather",
+            "broadcast": "HorovodBroadcast", "alltoall": "HorovodAlltoall",
+            "reducescatter": "HorovodReducescatter"}[kind]
+
+
+def start(kind, arrays, names, params):
+    """Submits one group to the engine and returns its handle (int).
+
+    Args:
+        kind: 'allreduce', 'allgather', 'broadcast', 'alltoall' or 'reducescatter'.
+        arrays: list of numpy arrays (alltoall: one array, plus ``params['splits']``).
+        names: one engine name per array.
+        params: dict with ``set_id`` and, per kind, ``op``, ``prescale``, ``postscale``,
+            ``root`` or ``splits`` (None or a 1-D int32 array).
+
+    Raises:
+        ValueError: what the engine refuses at submission (a name in flight, a bad root, bad
+            splits, an unknown process set, this rank not a member).
+        HorovodInternalError: Horovod is not initialised or was shut down.
+    """
+    # np.asarray, not np.ascontiguousarray: the latter turns 0-d arrays into 1-d ones.
+    arrays = [np.asarray(a) for a in arrays]
+    # The engine takes C-contiguous, writable arrays (DLPack cannot mark a buffer read-only).
+    arrays = [a if a.flags["C_CONTIGUOUS"] and a.flags["WRITEABLE"] else np.array(a, order="C") for a in arrays]
+    handle = _ops.new_handle()
+    set_id = params["set_id"]
+    outputs = None
+    if kind == "allreduce":
+        outputs = [aligned_empty(a.shape, a.dtype) for a in arrays]
+        _ops.allreduce_async(handle, arrays, outputs, names, params["op"], params["prescale"],
+                             params["postscale"], set_id)
+    elif kind == "allgather":
+        _ops.allgather_async(handle, arrays, names, set_id)
+    elif kind == "broadcast":
+        outputs = [aligned(a.copy()) for a in arrays]
+        _ops.broadcast_async(handle, outputs, names, params["root"], set_id)
+    elif kind == "alltoall":
+        splits = params.get("splits")
+        _ops.alltoall_async(handle, arrays[0], splits, names[0], set_id)
+    elif kind == "reducescatter":
+        _ops.reducescatter_async(handle, arrays, names, params["op"], params["prescale"],
+                                 params["postscale"], set_id)
+    else:
+        raise ValueError(f"unknown collective {kind!r}")
+    with _lock:
+        _pending[handle] = (kind, arrays, outputs, names)
+    return handle
+
+
+def finish(handle):
+    """Waits for ``handle`` and returns its results: a list of 64-byte-aligned numpy arrays, one
+    per input (alltoall: ``[output, received_splits]``).
+
+    Raises:
+        tf.errors.FailedPreconditionError / tf.errors.UnknownError (also HorovodInternalError):
+            the engine failed the operation (the message names the op and tensor and says why).
+        ValueError: ``handle`` is unknown or already finished.
+    """
+    with _lock:
+        entry = _pending.pop(int(handle), None)
+    if entry is None:
+        raise ValueError(f"unknown Horovod handle {handle!r}: never issued or already waited on")
+    kind, _, outputs, names = entry
+    try:
+        results = _ops.wait(int(handle))
+    except HorovodInternalError as error:
+        raise _tf_error(f"{_op_title(kind)} of {', '.join(names[:3])}"
+                        f"{' ...' if len(names) > 3 else ''} failed: {error}") from None
+    if outputs is not None:
+        return outputs
+    return [aligned(np.from_dlpack(r)) for r in results]
+
+
+def run(kind, arrays, names, params):
+    """``finish(start(...))``."""
+    return finish(start(kind, arrays, names, params))
+
+
+def join():
+    """Joins the global set and waits; returns the last rank to join (int)."""
+    try:
+        return int(_ops.join())
+    except HorovodInternalError as error:
+        raise _tf_error(f"HorovodJoin failed: {error}") from None
+
+
+def clear():
+    """Forgets every pending handle (init and shutdown)."""
+    with _lock:
+        _pending.clear()

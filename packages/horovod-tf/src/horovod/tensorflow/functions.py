@@ -1,0 +1,169 @@
+"""Broadcasting variables and Python objects, and gathering objects.
+
+Objects travel as cloudpickle bytes: first their length (int32, engine name ``<name>.sz``), then
+the bytes (uint8, ``<name>.t``). They go straight to the engine as numpy arrays whatever TF's
+mode, so the ``session`` arguments kept from upstream's TF1 API are not needed and are ignored.
+"""
+
+import io
+
+import cloudpickle
+import numpy as np
+import tensorflow as tf
+
+from horovod.tensorflow.util import _no_autograph
+
+from horovod.tensorflow import _engine
+from horovod.tensorflow.mpi_ops import (
+    _broadcast_group,
+    _check_root,
+    _process_set_id,
+    broadcast_,
+    global_process_set,
+    rank,
+)
+
+
+@_no_autograph
+def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
+    """Assigns the root's values to ``variables`` on every rank of ``process_set``.
+
+    Args:
+        variables: a list of tf.Variable (same shapes and dtypes, same order on every rank).
+        root_rank: global rank (int) whose values are sent.
+        process_set: the ``ProcessSet`` to broadcast within.
+        inplace: use ``broadcast_`` (same result; kept for compatibility).
+
+    Returns:
+        Eagerly None once the values are assigned; in a graph, an op (``tf.group``) that
+        broadcasts and assigns when run.
+
+    Raises:
+        ValueError: root_rank not an int, unsupported dtype, unregistered set.
+        tf.errors.FailedPreconditionError: ranks disagree on the variables' shapes or dtypes.
+    """
+    variables = list(variables)
+    if not variables:
+        return None if tf.executing_eagerly() else tf.no_op()
+    if inplace:
+        broadcast_(variables, root_rank, process_set=process_set)
+        return None if tf.executing_eagerly() else tf.group(*[v.read_value() for v in variables])
+    values = _broadcast_group([v.read_value() if hasattr(v, 'read_value') else v for v in variables], root_rank,
+                              None, False, process_set)
+    assigns = [v.assign(value) for v, value in zip(variables, values, strict=True)]
+    if tf.executing_eagerly():
+        return None
+    return tf.group(*assigns)
+
+
+def broadcast_global_variables(root_rank):
+    """A TF1 graph op that broadcasts every global variable from ``root_rank``.
+
+    Raises:
+        RuntimeError: in eager mode, where there are no global variables; use
+            ``hvd.broadcast_variables(model.variables, root_rank)`` instead.
+    """
+    if tf.executing_eagerly():
+        raise RuntimeError('hvd.broadcast_global_variables() does not support eager execution; use '
+                           'hvd.broadcast_variables(variables, root_rank) instead.')
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
+
+
+class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
+    """A TF1 ``SessionRunHook`` that broadcasts every global variable from ``root_rank`` when the
+    session is created, so that every rank starts from the same initial values (or checkpoint).
+
+    Args:
+        root_rank: global rank whose values are sent.
+        device: device to place the broadcast op on ('' for the default).
+    """
+
+    def __init__(self, root_rank, device=''):
+        super().__init__()
+        self.root_rank = root_rank
+        self.bcast_op = None
+        self.device = device
+
+    def begin(self):
+        graph = tf.compat.v1.get_default_graph()
+        if self.bcast_op is None or self.bcast_op.graph is not graph:
+            with tf.device(self.device):
+                self.bcast_op = broadcast_global_variables(self.root_rank)
+
+    def after_create_session(self, session, coord):
+        session.run(self.bcast_op)
+
+
+def _to_bytes(obj):
+    buffer = io.BytesIO()
+    cloudpickle.dump(obj, buffer)
+    # A writable buffer: the engine takes no read-only arrays.
+    return np.frombuffer(bytearray(buffer.getvalue()), dtype=np.uint8)
+
+
+def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
+    """Sends a picklable Python object from the root to every rank of ``process_set``.
+
+    Args:
+        obj: anything cloudpickle can serialise; ignored on other ranks.
+        root_rank: global rank whose object is sent.
+        session: ignored (TF1 compatibility).
+        name: base engine name; default ``type(obj).__name__``; the same on every rank.
+        process_set: the ``ProcessSet`` to broadcast within.
+
+    Returns:
+        The root's object (the root gets ``obj`` itself, the others an unpickled copy).
+
+    Raises:
+        ValueError: root_rank not an int or not in the set.
+        tf.errors.FailedPreconditionError (also HorovodInternalError): ranks disagree on the
+            name's payload or root.
+    """
+    root_rank = _check_root(root_rank)
+    set_id = _process_set_id(process_set)
+    name = type(obj).__name__ if name is None else name
+    is_root = rank() == root_rank
+    payload = _to_bytes(obj) if is_root else None
+    length = np.array([payload.size if is_root else 0], dtype=np.int32)
+    params = {'set_id': set_id, 'root': root_rank}
+    length = _engine.run('broadcast', [length], [f'broadcast.{name}.sz'], params)[0]
+    data = payload if is_root else np.zeros(int(length[0]), dtype=np.uint8)
+    data = _engine.run('broadcast', [data], [f'broadcast.{name}.t'], params)[0]
+    return obj if is_root else cloudpickle.loads(data.tobytes())
+
+
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
+    """Returns ``_bcast(obj)``, which broadcasts ``obj`` from ``root_rank`` as
+    ``broadcast_object`` does, under the base name ``name`` (default 'broadcast_object_fn')."""
+    name = name or 'broadcast_object_fn'
+
+    def _bcast(obj):
+        return broadcast_object(obj, root_rank, session=session, name=name, process_set=process_set)
+
+    return _bcast
+
+
+def allgather_object(obj, session=None, name=None, process_set=global_process_set):
+    """Gathers a picklable Python object from every rank of ``process_set``.
+
+    Args:
+        obj: anything cloudpickle can serialise.
+        session: ignored (TF1 compatibility).
+        name: base engine name; default ``type(obj).__name__``; the same on every rank.
+        process_set: the ``ProcessSet`` to gather over.
+
+    Returns:
+        list of the members' objects in set-rank order (unpickled copies, this rank's included).
+
+    Raises:
+        tf.errors.FailedPreconditionError (also HorovodInternalError): the ranks' names disagree.
+    """
+    set_id = _process_set_id(process_set)
+    name = type(obj).__name__ if name is None else name
+    payload = _to_bytes(obj)
+    params = {'set_id': set_id}
+    lengths = _engine.run('allgather', [np.array([payload.size], dtype=np.int32)], [f'allgather.{name}.sz'],
+                          params)[0]
+    data = _engine.run('allgather', [payload], [f'allgather.{name}.t'], params)[0]
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return [cloudpickle.loads(data[offsets[i]:offsets[i + 1]].tobytes()) for i in range(len(lengths))]

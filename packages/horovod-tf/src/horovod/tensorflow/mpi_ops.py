@@ -1,0 +1,686 @@
+"""Collective operations on TensorFlow tensors, over the horovod-core engine.
+
+Each function works eagerly and inside ``tf.function`` or a TF1 graph. Eagerly it submits the
+tensors and waits at once. In a graph it adds two ``tf.numpy_function`` nodes per call, one that
+submits the whole group of tensors and one that waits for it (see ``_engine``), so one Python op
+per group reaches the engine and several groups can be in flight together.
+
+XLA: the engine is reached through Python, which XLA cannot compile; building any of these ops
+inside ``tf.function(jit_compile=True)`` raises ``ValueError``.
+
+Names: tensors are matched across ranks by name. In a graph, an unnamed op is named
+``Horovod<Op>_<tensor name>`` (``_normalize_name``), made unique in its graph with the current
+name scope, as TF names nodes; ``name`` replaces the ``Horovod<Op>_<tensor name>`` part, and
+``ignore_name_scope=True`` drops the scope. Eagerly, an unnamed op is named after a per-op,
+per-process-set counter, so the ranks must issue their unnamed ops in the same order.
+
+Errors: bad arguments (dtype, type, root, splits, op) raise ``ValueError`` (in a graph: when the
+op is built, or ``tf.errors.InvalidArgumentError`` when it runs). Ranks that disagree on shape,
+dtype, op or root raise ``tf.errors.FailedPreconditionError`` on every rank; a shutdown or a lost
+peer raises ``tf.errors.UnknownError``. Eagerly both are also ``HorovodInternalError``; inside a
+graph TF reports them as ``tf.errors.UnknownError`` whose message names the failed op
+(``HorovodAllreduce``, ...) and the engine's reason.
+"""
+
+import os
+import re
+
+import numpy as np
+import tensorflow as tf
+
+from horovod.common.basics import HorovodBasics as _HorovodBasics
+from horovod.common.exceptions import HorovodInternalError  # noqa: F401 (re-exported)
+from horovod.common.process_sets import (  # noqa: F401 (re-exported)
+    ProcessSet,
+    _temp_process_set_object,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
+from horovod.common.util import (
+    get_average_backwards_compatibility_fun as _get_average_backwards_compatibility_fun,
+)
+from horovod.tensorflow import _engine
+from horovod.tensorflow.util import _no_autograph
+
+_basics = _HorovodBasics()
+
+is_initialized = _basics.is_initialized
+start_timeline = _basics.start_timeline
+stop_timeline = _basics.stop_timeline
+size = _basics.size
+local_size = _basics.local_size
+cross_size = _basics.cross_size
+rank = _basics.rank
+local_rank = _basics.local_rank
+cross_rank = _basics.cross_rank
+is_homogeneous = _basics.is_homogeneous
+mpi_threads_supported = _basics.mpi_threads_supported
+mpi_enabled = _basics.mpi_enabled
+mpi_built = _basics.mpi_built
+gloo_enabled = _basics.gloo_enabled
+gloo_built = _basics.gloo_built
+nccl_built = _basics.nccl_built
+ddl_built = _basics.ddl_built
+ccl_built = _basics.ccl_built
+cuda_built = _basics.cuda_built
+rocm_built = _basics.rocm_built
+
+Average = _basics.Average
+Sum = _basics.Sum
+Adasum = _basics.Adasum
+Min = _basics.Min
+Max = _basics.Max
+Product = _basics.Product
+
+# Resolves the deprecated ``average`` argument into a reduce op (core.md §3).
+handle_average_backwards_compatibility = _get_average_backwards_compatibility_fun(_basics)
+
+_ALLREDUCE_DTYPES = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.float32, tf.float64)
+_MOVE_DTYPES = _ALLREDUCE_DTYPES + (tf.uint16, tf.int16, tf.bool)
+_REDUCESCATTER_DTYPES = (tf.int32, tf.int64, tf.float16, tf.float32, tf.float64)
+_REDUCE_OPS = (Average, Sum, Min, Max, Product)
+
+# (op prefix, process set id) -> number of unnamed eager ops of that kind on that set.
+_noname_counters = {}
+
+
+def init(*args, **kwargs):
+    """Starts Horovod in this process (``horovod.common.basics.HorovodBasics.init``: ``comm``,
+    ``process_sets``). Raises ValueError when the engine cannot start (the message says why)."""
+    _engine.clear()
+    _noname_counters.clear()
+    return _basics.init(*args, **kwargs)
+
+
+def shutdown(*args, **kwargs):
+    """Stops Horovod in this process; pending operations on every rank fail. Safe when Horovod
+    is not running; ``init()`` may be called again afterwards."""
+    _engine.clear()
+    _noname_counters.clear()
+    return _basics.shutdown(*args, **kwargs)
+
+
+def _normalize_name(name):
+    """``name`` with every character outside ``[a-zA-Z0-9_]`` replaced by ``_``."""
+    return re.sub('[^a-zA-Z0-9_]', '_', name)
+
+
+def _executing_eagerly():
+    return tf.executing_eagerly()
+
+
+def _check_not_xla(op_name):
+    from tensorflow.python.ops import control_flow_util
+    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        raise ValueError(
+            f'{op_name} cannot be compiled with XLA: horovod.tensorflow reaches its engine through '
+            'Python (tf.numpy_function), which tf.function(jit_compile=True) does not support. '
+            'Use tf.function without jit_compile for the step that calls Horovod (with Keras: '
+            'model.compile(..., jit_compile=False)).')
+
+
+def _process_set_id(process_set):
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError(f'process_set must be a horovod ProcessSet, got {type(process_set).__name__}.')
+    if process_set.process_set_id is None:
+        raise ValueError(f'{process_set} is not registered with Horovod (it has no process set id); '
+                         'pass a registered process set such as global_process_set.')
+    return process_set.process_set_id
+
+
+def _to_tensor(value, op_name):
+    if isinstance(value, tf.IndexedSlices):
+        raise ValueError(f'{op_name} expects a dense tf.Tensor, got tf.IndexedSlices '
+                         '(only allreduce takes IndexedSlices).')
+    try:
+        return tf.convert_to_tensor(value)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f'{op_name} expects a tf.Tensor or a value convertible to one, got '
+                         f'{type(value).__name__}: {error}') from None
+
+
+def _check_dtype(tensor, allowed, op_name):
+    # Strings in particular must never reach the engine: they have no DLPack form.
+    if tensor.dtype not in allowed:
+        names = ', '.join(d.name for d in allowed)
+        raise ValueError(f'{op_name} does not support dtype {tensor.dtype.name}; supported dtypes: {names}.')
+
+
+def _check_reduce_op(op, process_set, op_name):
+    if op == Adasum:
+        raise NotImplementedError(f'{op_name} with op=Adasum is not supported by this release of '
+                                  'horovod.tensorflow; use hvd.Average or hvd.Sum.')
+    if op not in _REDUCE_OPS:
+        raise ValueError(f'Unknown reduce op {op!r}; expected one of hvd.Average, hvd.Sum, hvd.Min, '
+                         'hvd.Max, hvd.Product.')
+
+
+def _base_name(prefix, title, tensor, name, set_id, ignore_name_scope):
+    """The engine name of one op (see the module docstring)."""
+    if tf.executing_eagerly():
+        if name is not None:
+            return f'{prefix}.{name}'
+        key = (prefix, set_id)
+        _noname_counters[key] = _noname_counters.get(key, 0) + 1
+        return f'{prefix}.noname.{_noname_counters[key]}'
+    if name is None:
+        name = f'{title}_{_normalize_name(tensor.name)}'
+    full = tf.compat.v1.get_default_graph().unique_name(name)
+    return full.rsplit('/', 1)[-1] if ignore_name_scope else full
+
+
+def _names(prefix, title, tensors, name, set_id, ignore_name_scope):
+    base = _base_name(prefix, title, tensors[0], name, set_id, ignore_name_scope)
+    if len(tensors) == 1:
+        return [base]
+    return [f'{base}_{i + 1}of{len(tensors)}' for i in range(len(tensors))]
+
+
+class _Started:
+    """A submitted group: an int handle (eager) or the handle tensor of a graph's start node."""
+
+    def __init__(self, kind, handle, tensors, out_dtypes, out_shapes):
+        self.kind = kind
+        self.handle = handle
+        self.tensors = tensors
+        self.out_dtypes = out_dtypes
+        self.out_shapes = out_shapes
+
+
+def _start(kind, tensors, names, params, out_dtypes, out_shapes):
+    """Submits ``tensors`` as one group; see ``_engine.start``. ``out_dtypes``/``out_shapes``
+    describe what ``_finish`` returns (shapes may have unknown dimensions)."""
+    if tf.executing_eagerly():
+        arrays = [t.numpy() for t in tensors]
+        handle = _engine.start(kind, arrays, names, params)
+        return _Started(kind, handle, tensors, out_dtypes, out_shapes)
+    _check_not_xla(_engine._op_title(kind))
+
+    def submit(*arrays):
+        return np.int64(_engine.start(kind, list(arrays), names, params))
+
+    handle = tf.numpy_function(submit, list(tensors), tf.int64, stateful=True,
+                               name=f'{_engine._op_title(kind)}Start')
+    return _Started(kind, handle, tensors, out_dtypes, out_shapes)
+
+
+@_no_autograph
+def _finish(started):
+    """Waits for a group started by ``_start``; returns its output tensors (a list)."""
+    if tf.executing_eagerly():
+        arrays = _engine.finish(started.handle)
+        return [tf.convert_to_tensor(a, dtype=d) for a, d in zip(arrays, started.out_dtypes, strict=True)]
+    outputs = tf.numpy_function(_engine.finish, [started.handle], list(started.out_dtypes), stateful=True,
+                                name=f'{_engine._op_title(started.kind)}Wait')
+    if not isinstance(outputs, (list, tuple)):
+        outputs = [outputs]
+    outputs = list(outputs)
+    for out, shape in zip(outputs, started.out_shapes, strict=True):
+        out.set_shape(shape)
+    return outputs
+
+
+def _run(kind, tensors, names, params, out_dtypes, out_shapes):
+    return _finish(_start(kind, tensors, names, params, out_dtypes, out_shapes))
+
+
+def _prepare(tensors, allowed, op_name):
+    if not isinstance(tensors, (list, tuple)) or not tensors:
+        raise ValueError(f'{op_name} expects a non-empty list of tensors, got {type(tensors).__name__}.')
+    out = [_to_tensor(t, op_name) for t in tensors]
+    for t in out:
+        _check_dtype(t, allowed, op_name)
+    return out
+
+
+# -- allreduce ---------------------------------------------------------------------------------
+
+def _allreduce_group(tensors, names_arg, op, prescale_factor, postscale_factor, ignore_name_scope,
+                     process_set, grouped):
+    op_name = 'grouped_allreduce' if grouped else 'allreduce'
+    tensors = _prepare(tensors, _ALLREDUCE_DTYPES, op_name)
+    _check_reduce_op(op, process_set, op_name)
+    set_id = _process_set_id(process_set)
+    prescale_factor, postscale_factor = float(prescale_factor), float(postscale_factor)
+
+    @tf.custom_gradient
+    def forward(*xs):
+        names = _names(op_name, 'HorovodAllreduce', xs, names_arg, set_id, ignore_name_scope)
+        params = {'set_id': set_id, 'op': op, 'prescale': prescale_factor, 'postscale': postscale_factor}
+        outputs = _run('allreduce', xs, names, params, [x.dtype for x in xs], [x.shape for x in xs])
+
+        def grad(*dys):
+            # d(REDUCE)/dx for Sum/Average is the same reduction of the incoming gradients.
+            dys = [tf.zeros_like(x) if dy is None else dy for x, dy in zip(xs, dys, strict=True)]
+            return _allreduce_group(dys, None, op, prescale_factor, postscale_factor, False, process_set,
+                                    grouped)
+
+        return outputs, grad
+
+    return list(forward(*tensors))
+
+
+@_no_autograph
+def _allreduce_start(tensors, name, op, prescale_factor, postscale_factor, process_set, ignore_name_scope=False):
+    """Submits dense ``tensors`` as one allreduce group and returns at once; ``_finish`` of the
+    result waits and returns the reduced tensors. Not differentiable: gradient reduction uses it
+    to have every group in flight before waiting for the first."""
+    tensors = _prepare(tensors, _ALLREDUCE_DTYPES, 'grouped_allreduce')
+    _check_reduce_op(op, process_set, 'grouped_allreduce')
+    set_id = _process_set_id(process_set)
+    names = _names('grouped_allreduce', 'HorovodAllreduce', tensors, name, set_id, ignore_name_scope)
+    params = {'set_id': set_id, 'op': op, 'prescale': float(prescale_factor), 'postscale': float(postscale_factor)}
+    return _start('allreduce', tensors, names, params, [t.dtype for t in tensors], [t.shape for t in tensors])
+
+
+@_no_autograph
+def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0, ignore_name_scope=False,
+               process_set=global_process_set):
+    """Raw allreduce of a dense tensor (default op Sum); differentiable (the gradient is the
+    same allreduce of the incoming gradient).
+
+    Returns ``postscale_factor * REDUCE_ranks(prescale_factor * tensor)``, shape and dtype of
+    ``tensor``. Dtypes: uint8, int8, int32, int64, float16, float32, float64. Errors: see the
+    module docstring.
+    """
+    return _allreduce_group([tensor], name, op, prescale_factor, postscale_factor, ignore_name_scope,
+                            process_set, grouped=False)[0]
+
+
+@_no_autograph
+def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
+                       ignore_name_scope=False, process_set=global_process_set):
+    """Raw allreduce of a list of dense tensors submitted as one group (fused by the engine);
+    returns a list. Differentiable. As ``_allreduce`` otherwise."""
+    return _allreduce_group(tensors, name, op, prescale_factor, postscale_factor, ignore_name_scope,
+                            process_set, grouped=True)
+
+
+# -- allgather ---------------------------------------------------------------------------------
+
+def _gather_offsets(dim0s, process_set):
+    """Where this rank's rows start in each gathered tensor: the sum of each entry of ``dim0s``
+    over the set members before this rank (int64 tensor of len(dim0s))."""
+    local = tf.reshape(tf.stack([tf.cast(d, tf.int64) for d in dim0s]), [1, -1])
+    every = allgather(local, process_set=process_set)
+    set_rank = _set_rank_op(process_set)
+    return tf.reduce_sum(every[:set_rank], axis=0)
+
+
+def _set_rank_op(process_set):
+    set_id = process_set.process_set_id
+    if tf.executing_eagerly():
+        return process_set.rank()
+    return tf.numpy_function(lambda: np.int32(_basics._process_set_rank(set_id)), [], tf.int32, stateful=True)
+
+
+def _allgather_group(tensors, name, ignore_name_scope, process_set, grouped):
+    op_name = 'grouped_allgather' if grouped else 'allgather'
+    tensors = _prepare(tensors, _MOVE_DTYPES, op_name)
+    for t in tensors:
+        if t.shape.rank == 0:
+            raise ValueError(f'{op_name} needs tensors with at least one dimension, got a scalar.')
+    set_id = _process_set_id(process_set)
+
+    @tf.custom_gradient
+    def forward(*xs):
+        names = _names(op_name, 'HorovodAllgather', xs, name, set_id, ignore_name_scope)
+        shapes = [tf.TensorShape([None]).concatenate(x.shape[1:]) for x in xs]
+        outputs = _run('allgather', xs, names, {'set_id': set_id}, [x.dtype for x in xs], shapes)
+
+        def grad(*dys):
+            dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(outputs, dys, strict=True)]
+            reduced = _allreduce_group(dys, None, Average, 1.0, 1.0, False, process_set, grouped=True)
+            dim0s = [tf.shape(x, out_type=tf.int64)[0] for x in xs]
+            offsets = _gather_offsets(dim0s, process_set)
+            return [g[offsets[i]:offsets[i] + dim0s[i]] for i, g in enumerate(reduced)]
+
+        return outputs, grad
+
+    return list(forward(*tensors))
+
+
+@_no_autograph
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Concatenates every rank's ``tensor`` along dimension 0, in set-rank order.
+
+    Args:
+        tensor: a tensor with at least one dimension, of dtype uint8, int8, uint16, int16, int32,
+            int64, float16, float32, float64 or bool. Dimension 0 may differ between ranks; the
+            others and the dtype must agree.
+        name, ignore_name_scope: the engine name (module docstring).
+        process_set: the ``ProcessSet`` to gather over.
+
+    Returns:
+        tf.Tensor of shape ``[sum of the ranks' dim 0] + tensor.shape[1:]``. Differentiable: the
+        gradient is this rank's rows of the average over ranks of the incoming gradient.
+
+    Raises:
+        ValueError: a scalar, an unsupported dtype (strings included), an unregistered set.
+        tf.errors.FailedPreconditionError: ranks disagree on dtype or trailing dimensions.
+    """
+    return _allgather_group([tensor], name, ignore_name_scope, process_set, grouped=False)[0]
+
+
+@_no_autograph
+def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Allgather of a list of tensors submitted as one group; returns a list. As ``allgather``
+    for each member."""
+    return _allgather_group(tensors, name, ignore_name_scope, process_set, grouped=True)
+
+
+# -- broadcast ---------------------------------------------------------------------------------
+
+def _check_root(root_rank):
+    if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)):
+        raise ValueError(f'root_rank must be an int (a global rank), got {root_rank!r}.')
+    return int(root_rank)
+
+
+def _broadcast_group(tensors, root_rank, name, ignore_name_scope, process_set):
+    tensors = _prepare(tensors, _MOVE_DTYPES, 'broadcast')
+    root_rank = _check_root(root_rank)
+    set_id = _process_set_id(process_set)
+
+    @tf.custom_gradient
+    def forward(*xs):
+        names = _names('broadcast', 'HorovodBroadcast', xs, name, set_id, ignore_name_scope)
+        outputs = _run('broadcast', xs, names, {'set_id': set_id, 'root': root_rank},
+                       [x.dtype for x in xs], [x.shape for x in xs])
+
+        def grad(*dys):
+            dys = [tf.zeros_like(x) if dy is None else dy for x, dy in zip(xs, dys, strict=True)]
+            reduced = _allreduce_group(dys, None, Average, 1.0, 1.0, False, process_set, grouped=True)
+            is_root = tf.cast(tf.equal(_rank_value(), root_rank), reduced[0].dtype)
+            return [g * tf.cast(is_root, g.dtype) for g in reduced]
+
+        return outputs, grad
+
+    return list(forward(*tensors))
+
+
+def _rank_value():
+    return rank() if tf.executing_eagerly() else rank_op()
+
+
+@_no_autograph
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """The root's ``tensor`` on every rank of ``process_set``.
+
+    Args:
+        tensor: same shape and dtype on every rank; dtypes as for ``allgather``.
+        root_rank: global rank (int) whose tensor is sent; it must belong to the set.
+        name, ignore_name_scope: the engine name (module docstring).
+        process_set: the ``ProcessSet`` to broadcast within.
+
+    Returns:
+        tf.Tensor with the root's values. Differentiable: the root's gradient is the average over
+        ranks of the incoming gradients, the other ranks' gradient is zero.
+
+    Raises:
+        ValueError: root_rank not an int, unsupported dtype, unregistered set; the root not in the
+            set (eager; in a graph ``tf.errors.InvalidArgumentError`` at run time).
+        tf.errors.FailedPreconditionError: ranks disagree on shape, dtype or root.
+    """
+    return _broadcast_group([tensor], root_rank, name, ignore_name_scope, process_set)[0]
+
+
+def _variable_kind(variable):
+    if isinstance(variable, tf.Variable) and hasattr(variable, 'handle'):
+        return 'resource'
+    if isinstance(variable, tf.Variable):
+        return 'ref'
+    raise ValueError(f'broadcast_ expects tf.Variable objects, got {type(variable).__name__}.')
+
+
+@_no_autograph
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Broadcasts the root's values into ``variables`` on every rank (one group).
+
+    Args:
+        variables: a tf.Variable or a list of them, all resource variables or all ref variables.
+        root_rank, name, process_set: as for ``broadcast``.
+
+    Returns:
+        The updated values: a tensor for one variable, else a list (in a graph, the values after
+        the assignment ran).
+
+    Raises:
+        ValueError: a mix of resource and ref variables, or a non-variable; as ``broadcast``.
+    """
+    single = not isinstance(variables, (list, tuple))
+    variables = [variables] if single else list(variables)
+    if not variables:
+        raise ValueError('broadcast_ expects at least one variable.')
+    kinds = {_variable_kind(v) for v in variables}
+    if len(kinds) > 1:
+        raise ValueError('broadcast_ expects all variables to be resource variables or all to be ref '
+                         'variables, got a mix.')
+    values = _broadcast_group([v.read_value() if hasattr(v, 'read_value') else v for v in variables],
+                              root_rank, name, False, process_set)
+    updated = [v.assign(value) for v, value in zip(variables, values, strict=True)]
+    if not tf.executing_eagerly():
+        updated = [tf.convert_to_tensor(u) for u in updated]
+    else:
+        updated = [v.read_value() for v in variables]
+    return updated[0] if single else updated
+
+
+# -- alltoall ----------------------------------------------------------------------------------
+
+def _splits_array(splits):
+    if splits is None:
+        return None
+    if isinstance(splits, (list, tuple)) and all(isinstance(s, (int, np.integer)) and not isinstance(s, bool)
+                                                 for s in splits):
+        return tf.constant(list(splits), dtype=tf.int32)
+    splits = _to_tensor(splits, 'alltoall')
+    if splits.dtype not in (tf.int32, tf.int64):
+        raise ValueError(f'alltoall splits must be int32 (or a list of ints), got dtype {splits.dtype.name}.')
+    if splits.shape.rank is not None and splits.shape.rank != 1:
+        raise ValueError(f'alltoall splits must be a 1-D tensor, got shape {splits.shape}.')
+    return tf.cast(splits, tf.int32)
+
+
+def _alltoall_raw(tensor, splits, name, ignore_name_scope, process_set, set_id):
+    names = _names('alltoall', 'HorovodAlltoall', [tensor], name, set_id, ignore_name_scope)
+    given = splits is not None
+    inputs = [tensor, splits if given else tf.zeros([0], tf.int32)]
+    out_shape = tf.TensorShape([None]).concatenate(tensor.shape[1:])
+    if tf.executing_eagerly():
+        params = {'set_id': set_id, 'splits': splits.numpy() if given else None}
+        handle = _engine.start('alltoall', [tensor.numpy()], names, params)
+        out, received = _engine.finish(handle)
+        return tf.convert_to_tensor(out, dtype=tensor.dtype), tf.convert_to_tensor(received, dtype=tf.int32)
+    _check_not_xla('HorovodAlltoall')
+
+    def submit(array, splits_array):
+        params = {'set_id': set_id, 'splits': splits_array if given else None}
+        return np.int64(_engine.start('alltoall', [array], names, params))
+
+    handle = tf.numpy_function(submit, inputs, tf.int64, stateful=True, name='HorovodAlltoallStart')
+    out, received = tf.numpy_function(_engine.finish, [handle], [tensor.dtype, tf.int32], stateful=True,
+                                      name='HorovodAlltoallWait')
+    out.set_shape(out_shape)
+    received.set_shape([None])
+    return out, received
+
+
+@_no_autograph
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Sends rows of ``tensor`` to every member of ``process_set`` and receives theirs.
+
+    Member ``k`` receives rows ``[sum(splits[:k]), sum(splits[:k+1]))``; rows past ``sum(splits)``
+    are not sent.
+
+    Args:
+        tensor: at least one dimension; dtypes as for ``allgather``; dimensions 1.. and the dtype
+            agree across ranks.
+        splits: None (``tensor.shape[0] / set size`` rows to each member; dim 0 must divide), or
+            one row count per member: a list of ints or a 1-D int32 tensor.
+        name, ignore_name_scope, process_set: as for ``allgather``.
+
+    Returns:
+        ``output`` when ``splits`` is None, else ``(output, received_splits)``: the received rows
+        in sender order, shape ``[rows received] + tensor.shape[1:]``, and a 1-D int32 tensor of
+        the rows received from each member. Differentiable in ``tensor`` (the gradient travels
+        back with the received splits; unsent rows get zero).
+
+    Raises:
+        ValueError: a scalar, bad dtype, bad splits (eager; in a graph InvalidArgumentError).
+        tf.errors.FailedPreconditionError: ranks disagree on dtype or trailing dimensions.
+    """
+    tensor = _prepare([tensor], _MOVE_DTYPES, 'alltoall')[0]
+    if tensor.shape.rank == 0:
+        raise ValueError('alltoall needs a tensor with at least one dimension, got a scalar.')
+    set_id = _process_set_id(process_set)
+    splits_t = _splits_array(splits)
+
+    @tf.custom_gradient
+    def forward(x):
+        out, received = _alltoall_raw(x, splits_t, name, ignore_name_scope, process_set, set_id)
+
+        def grad(dy, _unused=None):
+            dy = tf.zeros_like(out) if dy is None else dy
+            back, _ = _alltoall_raw(dy, received, None, False, process_set, set_id)
+            missing = tf.shape(x)[0] - tf.shape(back)[0]
+            pad = tf.zeros(tf.concat([[missing], tf.shape(x)[1:]], 0), dtype=back.dtype)
+            return tf.concat([back, pad], 0)
+
+        return (out, tf.stop_gradient(received)), grad
+
+    output, received_splits = forward(tensor)
+    return output if splits is None else (output, received_splits)
+
+
+# -- reducescatter -----------------------------------------------------------------------------
+
+def _reducescatter_group(tensors, name, op, ignore_name_scope, process_set, prescale_factor, postscale_factor,
+                         grouped):
+    op_name = 'grouped_reducescatter' if grouped else 'reducescatter'
+    tensors = _prepare(tensors, _REDUCESCATTER_DTYPES, op_name)
+    if op not in (Average, Sum):
+        raise ValueError(f'{op_name} supports op=hvd.Average and op=hvd.Sum only, got {op!r}.')
+    for t in tensors:
+        if t.shape.rank == 0:
+            raise ValueError(f'{op_name} needs tensors with at least one dimension, got a scalar.')
+    set_id = _process_set_id(process_set)
+    prescale_factor, postscale_factor = float(prescale_factor), float(postscale_factor)
+
+    @tf.custom_gradient
+    def forward(*xs):
+        names = _names(op_name, 'HorovodReducescatter', xs, name, set_id, ignore_name_scope)
+        shapes = [tf.TensorShape([None]).concatenate(x.shape[1:]) for x in xs]
+        params = {'set_id': set_id, 'op': op, 'prescale': prescale_factor, 'postscale': postscale_factor}
+        outputs = _run('reducescatter', xs, names, params, [x.dtype for x in xs], shapes)
+
+        def grad(*dys):
+            dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(outputs, dys, strict=True)]
+            gathered = _allgather_group(dys, None, False, process_set, grouped=True)
+            # The allgather of the incoming gradient, times the set size for Sum and times the
+            # scale factors (spec tensorflow_keras.md §1.2: as in torch).
+            n = tf.cast(_set_size_value(process_set), gathered[0].dtype) if op == Sum else 1
+            return [g * tf.cast(n, g.dtype) * tf.cast(prescale_factor * postscale_factor, g.dtype)
+                    for g in gathered]
+
+        return outputs, grad
+
+    return list(forward(*tensors))
+
+
+def _set_size_value(process_set):
+    if tf.executing_eagerly():
+        return process_set.size()
+    return size_op(process_set.process_set_id)
+
+
+@_no_autograph
+def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False, process_set=global_process_set,
+                   prescale_factor=1.0, postscale_factor=1.0):
+    """Raw reducescatter (default op Sum): the reduction of every rank's ``tensor`` split along
+    dimension 0, member ``r`` receiving ``dim0 // n + (r < dim0 % n)`` rows.
+
+    Dtypes int32, int64, float16, float32, float64; ``op`` Average or Sum (else ValueError).
+    Differentiable (allgather of the incoming gradient, times the set size for Sum, times the
+    scale factors). Errors: module docstring.
+    """
+    return _reducescatter_group([tensor], name, op, ignore_name_scope, process_set, prescale_factor,
+                                postscale_factor, grouped=False)[0]
+
+
+@_no_autograph
+def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False, process_set=global_process_set,
+                           prescale_factor=1.0, postscale_factor=1.0):
+    """Raw reducescatter of a list of tensors as one group; returns a list."""
+    return _reducescatter_group(tensors, name, op, ignore_name_scope, process_set, prescale_factor,
+                                postscale_factor, grouped=True)
+
+
+# -- join and run-time queries -----------------------------------------------------------------
+
+@_no_autograph
+def join():
+    """Tells the engine this rank has no more data, and waits until every rank has joined.
+
+    Until then this rank contributes zeros to the allreduces of the others. Returns an int32
+    scalar tensor: the global rank that joined last. In a graph the join happens when the op runs.
+    """
+    if tf.executing_eagerly():
+        return tf.constant(_engine.join(), dtype=tf.int32)
+    _check_not_xla('HorovodJoin')
+    return tf.numpy_function(lambda: np.int32(_engine.join()), [], tf.int32, stateful=True, name='HorovodJoin')
+
+
+def _runtime_int(fn, name, default_name):
+    if tf.executing_eagerly():
+        return tf.constant(fn(), dtype=tf.int32)
+    _check_not_xla(default_name)
+    out = tf.numpy_function(lambda: np.int32(fn()), [], tf.int32, stateful=True, name=name or default_name)
+    out.set_shape([])
+    return out
+
+
+@_no_autograph
+def size_op(process_set_id=0, name=None):
+    """int32 scalar tensor: the number of ranks of the process set, read when the op runs (it
+    follows re-initialisation in elastic mode). Not differentiable."""
+    return _runtime_int(lambda: _basics._process_set_size(process_set_id), name, 'HorovodSize')
+
+
+@_no_autograph
+def local_size_op(name=None):
+    """int32 scalar tensor: the number of ranks on this host, read when the op runs."""
+    return _runtime_int(local_size, name, 'HorovodLocalSize')
+
+
+@_no_autograph
+def rank_op(name=None):
+    """int32 scalar tensor: this process's global rank, read when the op runs."""
+    return _runtime_int(rank, name, 'HorovodRank')
+
+
+@_no_autograph
+def local_rank_op(name=None):
+    """int32 scalar tensor: this process's rank on its host, read when the op runs."""
+    return _runtime_int(local_rank, name, 'HorovodLocalRank')
+
+
+def _process_set_included(process_set_id):
+    if not is_initialized():
+        return _basics.HOROVOD_PROCESS_SET_ERROR_INIT
+    ids = _basics._get_process_set_ids_and_ranks()
+    if process_set_id not in ids:
+        return _basics.HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET
+    return int(rank() in ids[process_set_id])
+
+
+@_no_autograph
+def process_set_included_op(process_set_id=0, name=None):
+    """int32 scalar tensor, evaluated when the op runs: 1 if this rank belongs to the process set,
+    0 if not, -1 if Horovod is not initialised, -3 if the set is unknown."""
+    return _runtime_int(lambda: _process_set_included(process_set_id), name, 'HorovodProcessSetIncluded')
+
+
+def _elastic():
+    return os.environ.get('HOROVOD_ELASTIC') == '1'

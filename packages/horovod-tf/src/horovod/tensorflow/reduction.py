@@ -1,0 +1,144 @@
+"""The public reductions: allreduce and reducescatter with compression, the deprecated ``average``
+argument, and ``tf.IndexedSlices`` (sparse gradients of embedding lookups and gathers)."""
+
+import tensorflow as tf
+
+from horovod.tensorflow.util import _no_autograph
+
+from horovod.tensorflow.compression import Compression
+from horovod.tensorflow.mpi_ops import (
+    Adasum,
+    Average,
+    Sum,
+    _grouped_allreduce,
+    _grouped_reducescatter,
+    _reducescatter,
+    _set_size_value,
+    allgather,
+    global_process_set,
+    handle_average_backwards_compatibility,
+)
+from horovod.tensorflow.mpi_ops import _allreduce as _raw_allreduce
+
+
+def _check_sparse_op(op, prescale_factor, postscale_factor):
+    if op == Adasum:
+        raise NotImplementedError('allreduce of tf.IndexedSlices does not support op=hvd.Adasum; '
+                                  'pass sparse_as_dense=True to reduce the gradients as dense tensors.')
+    if op not in (Average, Sum):
+        raise NotImplementedError(f'allreduce of tf.IndexedSlices supports op=hvd.Average and hvd.Sum only, '
+                                  f'got {op!r}: the slices are combined by concatenation.')
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError('allreduce of tf.IndexedSlices does not support prescale_factor or '
+                                  'postscale_factor; scale the values yourself.')
+
+
+def _sparse_allreduce(slices, op, name, process_set, ignore_name_scope):
+    """Every rank's slices concatenated (duplicate indices add up when densified); Average divides
+    the values by the set size, read when the op runs."""
+    values_name = None if name is None else f'{name}.values'
+    indices_name = None if name is None else f'{name}.indices'
+    values = allgather(slices.values, name=values_name, ignore_name_scope=ignore_name_scope,
+                       process_set=process_set)
+    indices = allgather(slices.indices, name=indices_name, ignore_name_scope=ignore_name_scope,
+                        process_set=process_set)
+    if op == Average:
+        n = _set_size_value(process_set)
+        if values.dtype.is_floating:
+            values = values / tf.cast(n, values.dtype)
+        else:
+            values = tf.truncatediv(values, tf.cast(n, values.dtype))
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
+@_no_autograph
+def allreduce(tensor, average=None, device_dense='', device_sparse='', compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
+              ignore_name_scope=False):
+    """Reduces ``tensor`` over the ranks of ``process_set``; differentiable.
+
+    Args:
+        tensor: a dense tensor (uint8, int8, int32, int64, float16, float32, float64; any shape)
+            or a ``tf.IndexedSlices``.
+        average: deprecated; True means ``op=Average``, False ``op=Sum``.
+        device_dense, device_sparse: accepted for compatibility; every op runs on the CPU.
+        compression: ``Compression.none`` or ``Compression.fp16`` (dense tensors only).
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        prescale_factor, postscale_factor: factors applied before and after the reduction.
+        name, ignore_name_scope: the engine name (see ``horovod.tensorflow.mpi_ops``).
+        process_set: the ``ProcessSet`` to reduce over.
+
+    Returns:
+        Dense input: a tensor of its shape and dtype, ``postscale * REDUCE(prescale * tensor)``.
+        IndexedSlices: an IndexedSlices with every rank's values and indices concatenated in rank
+        order (values divided by the set size for Average) and the input's ``dense_shape``.
+
+    Raises:
+        ValueError: ``op`` and ``average`` both given, unknown op, bad dtype, unregistered set.
+        NotImplementedError: IndexedSlices with Adasum, an op other than Average/Sum, or scale
+            factors other than 1; Adasum on dense tensors (not in this release).
+        tf.errors.FailedPreconditionError: ranks disagree on shape, dtype or op.
+    """
+    op = handle_average_backwards_compatibility(op, average)
+    if isinstance(tensor, tf.IndexedSlices):
+        _check_sparse_op(op, prescale_factor, postscale_factor)
+        return _sparse_allreduce(tensor, op, name, process_set, ignore_name_scope)
+    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    reduced = _raw_allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
+                             postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
+                             process_set=process_set)
+    return compression.decompress(reduced, ctx)
+
+
+@_no_autograph
+def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='', compression=Compression.none,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
+                      ignore_name_scope=False, name=None):
+    """Reduces a list of tensors; the dense ones go to the engine as one group (fused), the
+    ``tf.IndexedSlices`` ones each through the allgather path of ``allreduce``. Returns a list in
+    input order. Arguments and errors as for ``allreduce``; an empty list returns []."""
+    op = handle_average_backwards_compatibility(op, average)
+    if not isinstance(tensors, (list, tuple)):
+        raise ValueError(f'grouped_allreduce expects a list of tensors, got {type(tensors).__name__}.')
+    if not tensors:
+        return []
+    results = [None] * len(tensors)
+    dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            _check_sparse_op(op, prescale_factor, postscale_factor)
+            results[i] = _sparse_allreduce(t, op, None if name is None else f'{name}.{i}', process_set,
+                                           ignore_name_scope)
+    if dense:
+        compressed = [compression.compress(tf.convert_to_tensor(tensors[i])) for i in dense]
+        reduced = _grouped_allreduce([c for c, _ in compressed], name=name, op=op, prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
+                                     process_set=process_set)
+        for i, r, (_, ctx) in zip(dense, reduced, compressed, strict=True):
+            results[i] = compression.decompress(r, ctx)
+    return results
+
+
+@_no_autograph
+def reducescatter(tensor, device_dense='', compression=Compression.none, op=Average, name=None,
+                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """Reduces ``tensor`` over the set and returns this rank's block of rows: member ``r`` gets
+    ``dim0 // n + (r < dim0 % n)`` rows of the reduction. Dtypes int32, int64, float16, float32,
+    float64; ``op`` Average (default) or Sum (else ValueError). Differentiable. Ranks disagreeing
+    on shape or dtype raise ``tf.errors.FailedPreconditionError``."""
+    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    reduced = _reducescatter(compressed, name=name, op=op, ignore_name_scope=ignore_name_scope,
+                             process_set=process_set, prescale_factor=prescale_factor,
+                             postscale_factor=postscale_factor)
+    return compression.decompress(reduced, ctx)
+
+
+@_no_autograph
+def grouped_reducescatter(tensors, device_dense='', compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """``reducescatter`` of a list of tensors submitted as one group; returns a list."""
+    compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
+    reduced = _grouped_reducescatter([c for c, _ in compressed], op=op, process_set=process_set,
+                                     prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed, strict=True)]

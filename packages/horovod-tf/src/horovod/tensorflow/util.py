@@ -1,0 +1,50 @@
+"""Small helpers shared by horovod.tensorflow's modules."""
+
+import functools
+
+import tensorflow as tf
+
+
+def _executing_eagerly():
+    """Whether TensorFlow runs eagerly here (False while a tf.function is traced)."""
+    return tf.executing_eagerly()
+
+
+def _make_subgraph(f):
+    """``f`` wrapped in ``tf.function`` (autograph off), so that eager callers run it as one graph."""
+    return tf.function(f, autograph=False)
+
+
+def _cache(f):
+    """Memoises ``f`` on its positional and keyword arguments (which must be hashable)."""
+    cache = {}
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        key = (args, frozenset(kwargs.items()))
+        if key not in cache:
+            cache[key] = f(*args, **kwargs)
+        return cache[key]
+
+    return wrapper
+
+
+def vars_to_refs(variables):
+    """Hashable references of a list of variables (``var.ref()``), for use as dict keys."""
+    if isinstance(variables, tuple):
+        return tuple(v.ref() for v in variables)
+    return [v.ref() for v in variables]
+
+
+def refs_to_vars(refs):
+    """The variables behind references made by ``vars_to_refs``."""
+    if isinstance(refs, tuple):
+        return tuple(r.deref() for r in refs)
+    return [r.deref() for r in refs]
+
+
+def _no_autograph(f):
+    """Marks a library function so that AutoGraph calls it as it is instead of converting it when
+    a ``tf.function`` calls it: conversion would only cost tracing time, since these functions
+    build their graph with Python control flow on trace-time values on purpose."""
+    return tf.autograph.experimental.do_not_convert(f)

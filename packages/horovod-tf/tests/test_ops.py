@@ -1,0 +1,48 @@
+"""Every collective, eagerly and inside tf.function, against numpy references (the shared suite),
+their registered gradients, process sets and join; see workers.py for the bodies."""
+
+
+def test_import_does_not_import_other_frameworks(result):
+    _, values = result('import_without_torch')
+    assert values == [{'torch_imported': False, 'mxnet_imported': False}] * len(values)
+
+
+def test_shared_collective_suite_eager_and_graph(result):
+    n, values = result('collectives')
+    assert len(values) == n
+    for counts in values:
+        assert counts == values[0]
+        for mode in ('eager', 'graph'):
+            assert counts[mode] and all(c > 0 for c in counts[mode].values()), counts
+            assert 'check_alltoall' in counts[mode] and 'check_grouped_reducescatter' in counts[mode]
+
+
+def test_gradients_of_every_op(result):
+    n, values = result('gradients')
+    # 2 allreduce ops, grouped, 2 allgathers, broadcast, alltoall, 2 reducescatters; eager + graph.
+    assert values == [2 * 9] * n
+
+
+def test_outputs_are_64_byte_aligned(result):
+    _, values = result('alignment')
+    assert all(v == [0, 0] for v in values), values
+
+
+def test_dynamic_process_sets(result):
+    n, values = result('process_sets')
+    if n == 1:
+        assert values == [None]
+        return
+    for counts in values:
+        assert counts['registry'] == 8 and counts['concurrent'] == 40, counts
+        assert counts['member_ops'] + counts['non_member_ops'] > 0, counts
+
+
+def test_join(result):
+    n, values = result('join')
+    if n == 1:
+        assert values == [None]
+        return
+    for last, cases, _ in values:
+        assert last == n - 1 and cases > 0, values
+    assert len({second for _, _, second in values}) == 1 and values[0][2] in range(1, n)

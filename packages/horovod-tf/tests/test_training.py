@@ -1,0 +1,38 @@
+"""Tapes, optimizers, the TF1 hook, variable and object broadcast, SyncBatchNormalization, and
+error cases; see workers.py for the bodies (which compare with references and raise)."""
+
+
+def test_distributed_gradient_tape(result):
+    n, values = result('tape')
+    for v in values:
+        # The allgather path keeps IndexedSlices; sparse_as_dense makes them dense.
+        assert v['average.eager'] and v['average.graph'] and not v['sparse_as_dense.graph'], v
+        assert v['py_nodes.None'] == 2 and v['py_nodes.2'] == 4, v
+
+
+def test_distributed_optimizer(result):
+    n, values = result('optimizer')
+    for v in values:
+        assert v == {'eager.iterations': 2, 'graph.iterations': 2, 'fit_identical': True, 'legacy': True}, v
+
+
+def test_objects_variables_and_runtime_ops(result):
+    n, values = result('objects_and_variables')
+    assert [v[:2] for v in values] == [[r, n] for r in range(n)]
+
+
+def test_sync_batch_normalization(result):
+    n, values = result('sync_batch_norm')
+    assert values == [True] * n
+
+
+def test_errors(result):
+    n, values = result('errors')
+    for v in values:
+        assert v['after'] is True
+        assert v['xla'] == 'ValueError' and v['sparse_adasum'] == 'NotImplementedError'
+        if n > 1:
+            assert v['is_internal_error'] is True
+            assert v['eager_mismatch'] == 'FailedPreconditionError'
+            assert v['root_mismatch'] == 'FailedPreconditionError'
+            assert v['graph_mismatch'] in ('UnknownError', 'FailedPreconditionError'), v

@@ -1,0 +1,502 @@
+"""Worker bodies of the multi-process job (see conftest.py). Each runs on every rank, checks what
+it can against numpy references and raises AssertionError when a result is wrong; what it returns
+is checked again by the test functions. Inputs depend on the rank, so that a collective that did
+nothing, or a reduction over the wrong ranks, gives a wrong answer.
+
+Importing TensorFlow costs seconds per process, so the whole test session starts one job per world
+size and runs every body in it, in order (WORKERS)."""
+
+import sys
+import traceback
+
+import numpy as np
+import tensorflow as tf
+
+
+def _hvd():
+    import horovod.tensorflow as hvd
+    return hvd
+
+
+def rng_for(rank, salt):
+    return np.random.default_rng([rank, salt])
+
+
+def close(actual, expected, what, atol=1e-5):
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    if actual.shape != expected.shape or not np.allclose(actual, expected, atol=atol, rtol=1e-5):
+        raise AssertionError(f'{what}: got {actual!r}, expected {expected!r}')
+
+
+def both_modes(fn):
+    """Runs ``fn()`` eagerly and traced into a tf.function; returns both results as numpy."""
+    eager = tf.nest.map_structure(lambda t: None if t is None else np.asarray(t), fn())
+    graph = tf.nest.map_structure(lambda t: None if t is None else np.asarray(t), tf.function(fn)())
+    return eager, graph
+
+
+# ------------------------------------------------------------------------------------------------
+
+def import_without_torch():
+    """The first body: horovod.tensorflow imported in this fresh process did not import torch."""
+    import horovod.tensorflow  # noqa: F401
+    return {'torch_imported': 'torch' in sys.modules, 'mxnet_imported': 'mxnet' in sys.modules}
+
+
+def collectives():
+    """The project's shared collective suite, eagerly and inside tf.function."""
+    from horovod_testing.collectives import run_collective_suite
+    from tf_adapter import EagerAdapter, GraphAdapter
+    return {'eager': run_collective_suite(EagerAdapter), 'graph': run_collective_suite(GraphAdapter)}
+
+
+def gradients():
+    """The registered gradients of every op, eagerly and in tf.function, against references
+    computed from every rank's (deterministic) inputs."""
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    x_rows = [np.full((2 * r + 1, 3), float(r + 1)) for r in range(n)]
+    checks = 0
+
+    def grad_of(loss_fn, x):
+        def run():
+            v = tf.constant(x)
+            with tf.GradientTape() as tape:
+                tape.watch(v)
+                loss = loss_fn(v)
+            return tape.gradient(loss, v)
+        return both_modes(run)
+
+    # allreduce Sum / Average: the gradient is the same reduction of the incoming gradients.
+    wa = [rng_for(r, 2).standard_normal((4,)) for r in range(n)]
+    for op, expected in ((hvd.Sum, np.sum(wa, axis=0)), (hvd.Average, np.mean(wa, axis=0))):
+        for got in grad_of(lambda v, op=op: tf.reduce_sum(hvd.allreduce(v, op=op) * wa[rank]), np.ones(4)):
+            close(got, expected, f'allreduce op={op} gradient')
+            checks += 1
+    # grouped allreduce: each member's gradient independently.
+    for got in grad_of(lambda v: tf.add_n([tf.reduce_sum(t * wa[rank] * (i + 1)) for i, t in
+                                           enumerate(hvd.grouped_allreduce([v, 2 * v], op=hvd.Sum))]),
+                       np.ones(4)):
+        close(got, 5 * np.sum(wa, axis=0), 'grouped allreduce gradient')
+        checks += 1
+    # allgather with different row counts: this rank's rows of the averaged incoming gradient.
+    offsets = np.cumsum([0] + [2 * r + 1 for r in range(n)])
+    wg = [rng_for(r, 3).standard_normal((offsets[-1], 3)) for r in range(n)]
+    mean_wg = np.mean(wg, axis=0)
+    for got in grad_of(lambda v: tf.reduce_sum(hvd.allgather(v) * wg[rank]), x_rows[rank]):
+        close(got, mean_wg[offsets[rank]:offsets[rank + 1]], 'allgather gradient')
+        checks += 1
+    for got in grad_of(lambda v: tf.reduce_sum(hvd.grouped_allgather([v, v])[1] * wg[rank]), x_rows[rank]):
+        close(got, mean_wg[offsets[rank]:offsets[rank + 1]], 'grouped allgather gradient')
+        checks += 1
+    # broadcast from the last rank: the root gets the averaged gradient, the others zero.
+    root = n - 1
+    for got in grad_of(lambda v: tf.reduce_sum(hvd.broadcast(v, root) * wa[rank]), np.ones(4) * rank):
+        close(got, np.mean(wa, axis=0) if rank == root else np.zeros(4), 'broadcast gradient')
+        checks += 1
+    # alltoall with uneven splits and one unsent trailing row: the gradient travels back.
+    splits = [[(s + k) % 2 + 1 for k in range(n)] for s in range(n)]
+    received = [[splits[s][k] for s in range(n)] for k in range(n)]
+    wt = [rng_for(k, 4).standard_normal((sum(received[k]), 2)) for k in range(n)]
+    expected = np.zeros((sum(splits[rank]) + 1, 2))
+    for k in range(n):
+        # My rows for member k sit in k's output after the blocks of senders before me.
+        start_in_k = sum(received[k][:rank])
+        mine = sum(splits[rank][:k])
+        expected[mine:mine + splits[rank][k]] = wt[k][start_in_k:start_in_k + splits[rank][k]]
+    x = np.ones((sum(splits[rank]) + 1, 2))
+    for got in grad_of(lambda v: tf.reduce_sum(hvd.alltoall(v, splits=splits[rank])[0] * wt[rank]), x):
+        close(got, expected, 'alltoall gradient')
+        checks += 1
+    # reducescatter: allgather of the incoming gradient, times the set size for Sum.
+    rows = [(2 * n + 1) // n + (1 if r < (2 * n + 1) % n else 0) for r in range(n)]
+    wr = [rng_for(r, 5).standard_normal((rows[r], 3)) for r in range(n)]
+    for op, factor in ((hvd.Sum, n), (hvd.Average, 1)):
+        for got in grad_of(lambda v, op=op: tf.reduce_sum(hvd.reducescatter(v, op=op) * wr[rank]),
+                           np.ones((2 * n + 1, 3))):
+            close(got, np.concatenate(wr) * factor, f'reducescatter op={op} gradient')
+            checks += 1
+    return checks
+
+
+def _model_data(rank):
+    rng = rng_for(rank, 10)
+    return (rng.standard_normal((6, 4)).astype(np.float32), rng.integers(0, 10, size=6).astype(np.int32),
+            rng.standard_normal((6, 3)).astype(np.float32))
+
+
+def _init_vars():
+    rng = np.random.default_rng(7)
+    return [tf.Variable(rng.standard_normal((4, 3)).astype(np.float32), name='w'),
+            tf.Variable(np.zeros(3, np.float32), name='b'),
+            tf.Variable(rng.standard_normal((10, 3)).astype(np.float32), name='emb')]
+
+
+def _loss(variables, data):
+    w, b, emb = variables
+    x, ids, y = data
+    pred = tf.matmul(x, w) + b + tf.gather(emb, ids)
+    return tf.reduce_mean(tf.square(pred - y))
+
+
+def _local_grads(variables, rank):
+    with tf.GradientTape() as tape:
+        loss = _loss(variables, _model_data(rank))
+    return [np.asarray(tf.convert_to_tensor(g)) for g in tape.gradient(loss, variables)]
+
+
+def tape():
+    """DistributedGradientTape: the averaged (or summed) gradients of every rank's loss, with
+    groups, IndexedSlices (allgather path and sparse_as_dense), fp16, a local source, the
+    Partial tape, and inside tf.function with one Python op per group."""
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    variables = _init_vars()
+    per_rank = [_local_grads(variables, r) for r in range(n)]
+    mean = [np.mean([g[i] for g in per_rank], axis=0) for i in range(3)]
+    total = [np.sum([g[i] for g in per_rank], axis=0) for i in range(3)]
+    scenarios = {
+        'average': ({}, mean, 1e-5),
+        'sum': ({'op': hvd.Sum}, total, 1e-5),
+        'groups': ({'groups': 2}, mean, 1e-5),
+        'var_groups': ({'groups': [[variables[0], variables[2]]]}, mean, 1e-5),
+        'sparse_as_dense': ({'sparse_as_dense': True}, mean, 1e-5),
+        'predivide': ({'gradient_predivide_factor': 2.0}, mean, 1e-5),
+        'fp16': ({'compression': hvd.Compression.fp16}, mean, 1e-2),
+    }
+    results = {}
+    for label, (options, expected, atol) in scenarios.items():
+        def step(options=options):
+            with tf.GradientTape() as t:
+                loss = _loss(variables, _model_data(rank))
+            grads = hvd.DistributedGradientTape(t, **options).gradient(loss, variables)
+            return [tf.convert_to_tensor(g) for g in grads], isinstance(grads[2], tf.IndexedSlices)
+        for mode, fn in (('eager', step), ('graph', tf.function(step))):
+            grads, sparse = fn()
+            for i in range(3):
+                close(grads[i], expected[i], f'tape {label} {mode} gradient {i}', atol=atol)
+            results[f'{label}.{mode}'] = bool(sparse)
+    # One Python op per group inside a graph: a start and a wait node per group, starts first.
+    for groups, expected_nodes in ((None, 2), (2, 4)):
+        def reduce_only(groups=groups):
+            with tf.GradientTape() as t:
+                loss = _loss(variables, _model_data(rank))
+            return hvd.DistributedGradientTape(t, groups=groups, sparse_as_dense=True).gradient(loss, variables)
+        graph = tf.function(reduce_only).get_concrete_function().graph
+        py_nodes = [op.name for op in graph.get_operations() if op.type in ('PyFunc', 'EagerPyFunc')]
+        results[f'py_nodes.{groups}'] = len(py_nodes)
+        if len(py_nodes) != expected_nodes:
+            raise AssertionError(f'groups={groups}: Python nodes {py_nodes}, expected {expected_nodes}')
+        tf.function(reduce_only)()
+    # A local source keeps its own gradient, divided by the set size.
+    with tf.GradientTape() as t:
+        loss = _loss(variables, _model_data(rank))
+    dtape = hvd.DistributedGradientTape(t)
+    dtape.register_local_source(variables[1])
+    local, glob = dtape.get_local_and_global_gradients(loss, variables)
+    close(local[0][1], per_rank[rank][1] / n, 'local source gradient')
+    close(glob[0][1], mean[0], 'global gradient next to a local source')
+    # PartialDistributedGradientTape with a Keras layer kept local.
+    dense = tf.keras.layers.Dense(2, kernel_initializer='ones')
+    head = tf.keras.layers.Dense(1, kernel_initializer='ones')
+    x = tf.constant(_model_data(rank)[0])
+    with tf.GradientTape() as t:
+        loss = tf.reduce_sum(head(dense(x)) * (rank + 1))
+    ptape = hvd.PartialDistributedGradientTape(t, local_layers=head)
+    weights = dense.trainable_weights + head.trainable_weights
+    grads = ptape.gradient(loss, weights)
+    all_grads = []
+    for r in range(n):
+        xr = tf.constant(_model_data(r)[0])
+        with tf.GradientTape() as t:
+            loss = tf.reduce_sum(head(dense(xr)) * (r + 1))
+        all_grads.append([np.asarray(g) for g in t.gradient(loss, weights)])
+    for i in range(2):
+        close(grads[i], np.mean([g[i] for g in all_grads], axis=0), f'partial tape global gradient {i}')
+    for i in range(2, 4):
+        close(grads[i], all_grads[rank][i] / n, f'partial tape local gradient {i}')
+    return results
+
+
+def optimizer():
+    """Keras DistributedOptimizer (apply_gradients eagerly and in tf.function, local aggregation
+    over two passes, model.fit) and a legacy optimizer in a TF1 graph."""
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    lr = 0.1
+    out = {}
+    for mode in ('eager', 'graph'):
+        variables = _init_vars()
+        start = [v.numpy().copy() for v in variables]
+        per_rank = [_local_grads(variables, r) for r in range(n)]
+        opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=lr))
+        if type(opt).__name__ != 'SGD' or not np.isclose(opt.get_config()['learning_rate'], lr):
+            raise AssertionError(f'wrapped optimizer {type(opt).__name__} {opt.get_config()}')
+
+        def step(opt=opt, variables=variables):
+            with tf.GradientTape() as t:
+                loss = _loss(variables, _model_data(rank))
+            opt.apply_gradients(zip(t.gradient(loss, variables), variables, strict=True))
+
+        (step if mode == 'eager' else tf.function(step))()
+        for i, v in enumerate(variables):
+            expected = start[i] - lr * np.mean([g[i] for g in per_rank], axis=0)
+            close(v.numpy(), expected, f'{mode} SGD step variable {i}')
+        # Two backward passes per step: the first only accumulates (iterations still advances).
+        variables = _init_vars()
+        opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=lr), backward_passes_per_step=2,
+                                       average_aggregated_gradients=True, sparse_as_dense=True)
+
+        def agg_step(opt=opt, variables=variables):
+            with tf.GradientTape() as t:
+                loss = _loss(variables, _model_data(rank))
+            opt.apply_gradients(zip(t.gradient(loss, variables), variables, strict=True))
+
+        run = agg_step if mode == 'eager' else tf.function(agg_step)
+        run()
+        close(variables[0].numpy(), start[0], f'{mode} aggregation: no update after one pass')
+        if int(opt.iterations.numpy()) != 1 or int(opt._agg_helper.counter.numpy()) != 1:
+            raise AssertionError(f'{mode} aggregation: iterations {opt.iterations.numpy()}, '
+                                 f'counter {opt._agg_helper.counter.numpy()} after one pass')
+        run()
+        # Both passes saw the same data and weights: the average of the two is one pass's.
+        for i, v in enumerate(variables):
+            expected = start[i] - lr * np.mean([g[i] for g in per_rank], axis=0)
+            close(v.numpy(), expected, f'{mode} aggregated step variable {i}')
+        out[f'{mode}.iterations'] = int(opt.iterations.numpy())
+    # model.fit on different data per rank ends with identical weights.
+    tf.keras.utils.set_random_seed(1)
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3, activation='relu'),
+                                 tf.keras.layers.Dense(1)])
+    model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.05)), loss='mse')
+    x, _, y = _model_data(rank)
+    model.fit(x, y[:, :1], batch_size=3, epochs=2, verbose=0)
+    flat = np.concatenate([w.reshape(-1) for w in model.get_weights()])
+    gathered = hvd.allgather(tf.constant(flat[None]), name='fit_weights').numpy()
+    if not all(np.array_equal(gathered[0], g) for g in gathered):
+        raise AssertionError('model.fit with DistributedOptimizer left different weights on the ranks')
+    out['fit_identical'] = True
+    out['legacy'] = _legacy_optimizer(hvd, rank, n)
+    return out
+
+
+def _legacy_optimizer(hvd, rank, n):
+    """tf.compat.v1: GradientDescentOptimizer wrapped, variables broadcast by the hook."""
+    xs = [np.arange(3, dtype=np.float64) + r for r in range(n)]
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable('w', initializer=np.full(3, float(rank + 1)))
+        loss = tf.reduce_sum(w * w * xs[rank])
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+        train = opt.minimize(loss)
+        hook = hvd.BroadcastGlobalVariablesHook(0)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as sess:
+            start = sess.run(w)
+            sess.run(train)
+            after = sess.run(w)
+    close(start, np.ones(3), 'hook broadcast the root\'s initial value')
+    expected = np.ones(3) - 0.1 * np.mean([2 * np.ones(3) * x for x in xs], axis=0)
+    close(after, expected, 'legacy optimizer step')
+    return True
+
+
+def objects_and_variables():
+    """broadcast_object(_fn), allgather_object, broadcast_variables (eager, graph, inplace),
+    broadcast_global_variables in a TF1 graph, and the run-time rank/size ops."""
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    root = n - 1
+    got = hvd.broadcast_object({'rank': rank, 'array': np.arange(rank + 2)}, root_rank=root)
+    if got['rank'] != root or not np.array_equal(got['array'], np.arange(root + 2)):
+        raise AssertionError(f'broadcast_object: {got}')
+    gathered = hvd.allgather_object(('x' * rank, rank))
+    if gathered != [('x' * r, r) for r in range(n)]:
+        raise AssertionError(f'allgather_object: {gathered}')
+    fn = hvd.broadcast_object_fn(root_rank=0)
+    if fn(rank * 10) != 0:
+        raise AssertionError('broadcast_object_fn')
+    for mode, inplace in (('eager', False), ('eager', True), ('graph', False)):
+        v = [tf.Variable(np.full((2, 2), float(rank))), tf.Variable(np.arange(3) + rank)]
+        if mode == 'eager':
+            hvd.broadcast_variables(v, root_rank=root, inplace=inplace)
+        else:
+            def assign(v=v):
+                hvd.broadcast_variables(v, root_rank=root)
+
+            tf.function(assign)()
+        close(v[0].numpy(), np.full((2, 2), float(root)), f'broadcast_variables {mode} {inplace}')
+        close(v[1].numpy(), np.arange(3) + root, f'broadcast_variables {mode} {inplace}')
+    with tf.Graph().as_default():
+        a = tf.compat.v1.get_variable('a', initializer=np.full(2, float(rank)))
+        op = hvd.broadcast_global_variables(root)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(op)
+            close(sess.run(a), np.full(2, float(root)), 'broadcast_global_variables')
+    try:
+        hvd.broadcast_global_variables(0)
+    except RuntimeError as e:
+        if 'broadcast_variables' not in str(e):
+            raise
+    else:
+        raise AssertionError('broadcast_global_variables in eager mode did not raise')
+    values = tf.function(lambda: [hvd.rank_op(), hvd.size_op(), hvd.local_rank_op(), hvd.local_size_op(),
+                                  hvd.process_set_included_op(0), hvd.process_set_included_op(99)])()
+    values = [int(v) for v in values]
+    if values != [rank, n, hvd.local_rank(), hvd.local_size(), 1, -3]:
+        raise AssertionError(f'run-time ops: {values}')
+    return values
+
+
+def sync_batch_norm():
+    """SyncBatchNormalization normalises with the moments of every rank's batch."""
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    data = [rng_for(r, 20).standard_normal((4, 3)).astype(np.float32) * (r + 1) for r in range(n)]
+    layer = hvd.SyncBatchNormalization(epsilon=1e-3, momentum=0.5)
+    if layer.name != 'sync_batch_normalization':
+        raise AssertionError(layer.name)
+    out = layer(tf.constant(data[rank]), training=True).numpy()
+    every = np.concatenate(data)
+    mean, var = every.mean(axis=0), every.var(axis=0)
+    close(out, (data[rank] - mean) / np.sqrt(var + 1e-3), 'sync batch norm output', atol=1e-4)
+    close(layer.moving_mean.numpy(), 0.5 * mean, 'sync batch norm moving mean', atol=1e-5)
+    graph_out = tf.function(lambda x: layer(x, training=True))(tf.constant(data[rank])).numpy()
+    close(graph_out, out, 'sync batch norm in tf.function', atol=1e-4)
+    return True
+
+
+def _expect(error_types, fn, what, contains=None):
+    try:
+        fn()
+    except error_types as e:
+        if contains and contains.lower() not in str(e).lower():
+            raise AssertionError(f'{what}: message does not mention {contains!r}: {e}') from e
+        return type(e).__name__
+    raise AssertionError(f'{what}: no {error_types} raised')
+
+
+def errors():
+    """Bad arguments raise ValueError (or NotImplementedError) on the calling rank; ranks that
+    disagree get an error on every rank, eagerly and in a graph, and Horovod stays usable."""
+    hvd = _hvd()
+    from horovod.common.exceptions import HorovodInternalError
+    rank, n = hvd.rank(), hvd.size()
+    seen = {}
+    seen['string'] = _expect(ValueError, lambda: hvd.allreduce(tf.constant(['a'])), 'string allreduce', 'string')
+    seen['string_graph'] = _expect(ValueError, lambda: tf.function(lambda: hvd.allgather(tf.constant(['a'])))(),
+                                   'string allgather in a graph', 'string')
+    seen['scalar_allgather'] = _expect(ValueError, lambda: hvd.allgather(tf.constant(1.0)), 'scalar allgather')
+    seen['root'] = _expect(ValueError, lambda: hvd.broadcast(tf.ones(2), 'zero'), 'root not an int', 'root')
+    seen['splits'] = _expect(ValueError, lambda: hvd.alltoall(tf.ones(2), splits=tf.constant([1.0])), 'float splits')
+    seen['rs_op'] = _expect(ValueError, lambda: hvd.reducescatter(tf.ones(2), op=hvd.Max), 'reducescatter Max')
+    seen['op'] = _expect(ValueError, lambda: hvd.allreduce(tf.ones(2), op=42), 'unknown op')
+    seen['average_and_op'] = _expect(ValueError, lambda: hvd.allreduce(tf.ones(2), average=True, op=hvd.Sum),
+                                     'average and op')
+    sparse = tf.IndexedSlices(tf.ones((1, 2)), tf.constant([0]), tf.constant([3, 2]))
+    seen['sparse_adasum'] = _expect(NotImplementedError, lambda: hvd.allreduce(sparse, op=hvd.Adasum),
+                                    'IndexedSlices Adasum', 'sparse_as_dense')
+    seen['sparse_scale'] = _expect(NotImplementedError, lambda: hvd.allreduce(sparse, prescale_factor=2.0),
+                                   'IndexedSlices prescale')
+    seen['xla'] = _expect(ValueError, lambda: tf.function(lambda x: hvd.allreduce(x), jit_compile=True)(tf.ones(2)),
+                          'XLA', 'XLA')
+    with tf.GradientTape() as t:
+        pass
+    seen['predivide'] = _expect(ValueError, lambda: hvd.DistributedGradientTape(t, op=hvd.Sum,
+                                                                                gradient_predivide_factor=2.0),
+                                'predivide with Sum')
+    seen['groups'] = _expect(ValueError, lambda: hvd.DistributedOptimizer(tf.keras.optimizers.SGD(), groups=0),
+                             'groups=0')
+    seen['partial'] = _expect(ValueError, lambda: hvd.PartialDistributedGradientTape(t, local_layers=[object()]),
+                              'non-layer local_layers')
+    seen['fused'] = _expect(ValueError, lambda: hvd.SyncBatchNormalization(fused=True), 'fused')
+    seen['bpps'] = _expect(ValueError, lambda: hvd.LocalGradientAggregationHelper(0, None, False, False), 'bpps 0')
+    seen['not_optimizer'] = _expect(ValueError, lambda: hvd.DistributedOptimizer(object()), 'not an optimizer')
+    if n > 1:
+        # Shapes differ between ranks: every rank gets the error, eagerly...
+        bad = tf.ones((rank + 1,))
+        error = _expect(tf.errors.FailedPreconditionError, lambda: hvd.allreduce(bad, name='mismatch'),
+                        'eager shape mismatch', 'mismatch')
+        try:
+            hvd.allreduce(bad, name='mismatch2')
+        except HorovodInternalError:
+            seen['is_internal_error'] = True
+        seen['eager_mismatch'] = error
+        # ... and in a graph, where TF reports the failed Python op as UnknownError.
+        dtype = tf.float32 if rank == 0 else tf.float64
+        seen['graph_mismatch'] = _expect(tf.errors.OpError,
+                                         lambda: tf.function(lambda: hvd.allreduce(tf.ones(2, dtype)))(),
+                                         'graph dtype mismatch', 'HorovodAllreduce')
+        seen['root_mismatch'] = _expect(tf.errors.FailedPreconditionError,
+                                        lambda: hvd.broadcast(tf.ones(2), rank, name='roots'), 'root mismatch')
+    ok = hvd.allreduce(tf.constant([float(rank)]), op=hvd.Sum, name='after_errors').numpy()
+    close(ok, [n * (n - 1) / 2], 'allreduce after the errors')
+    seen['after'] = True
+    return seen
+
+
+def alignment():
+    """What the bridge hands to TF is 64-byte aligned, including engine-allocated results."""
+    from horovod.tensorflow import _engine
+    hvd = _hvd()
+    misaligned = np.zeros(17, np.uint8)[1:].view(np.uint8)
+    outs = _engine.run('allgather', [misaligned], ['align.gather'], {'set_id': 0})
+    outs += _engine.run('allreduce', [np.ones(5)], ['align.reduce'],
+                        {'set_id': 0, 'op': hvd.Sum, 'prescale': 1.0, 'postscale': 1.0})
+    return [int(o.ctypes.data % 64) for o in outs if o.size]
+
+
+def process_sets():
+    """The shared dynamic process-set suite through the eager adapter (np >= 2)."""
+    from horovod_testing.process_sets import run_process_set_suite
+    from tf_adapter import EagerAdapter
+    if _hvd().size() < 2:
+        return None
+    return run_process_set_suite(EagerAdapter)
+
+
+def join():
+    """The shared join suite (np >= 2); last, since ranks leave it at different times."""
+    from horovod_testing.collectives import run_join_suite
+    from tf_adapter import EagerAdapter
+    if _hvd().size() < 2:
+        return None
+    return run_join_suite(EagerAdapter)
+
+
+WORKERS = {
+    'import_without_torch': import_without_torch,
+    'collectives': collectives,
+    'gradients': gradients,
+    'tape': tape,
+    'optimizer': optimizer,
+    'objects_and_variables': objects_and_variables,
+    'sync_batch_norm': sync_batch_norm,
+    'errors': errors,
+    'alignment': alignment,
+    'process_sets': process_sets,
+    'join': join,
+}
+
+
+def run_all():
+    """Runs every body in order on this rank; returns {name: ('ok', value) or ('error', text)}.
+
+    A failing body is recorded and the next one runs, so each test reports its own failure (a body
+    that failed on only some ranks may leave the others waiting: the job's timeout then ends it)."""
+    import time
+    start = time.monotonic()
+    import horovod.tensorflow as hvd
+    # Every body traces many small tf.functions: skip Grappler's graph rewrites of each (CPU time
+    # on a shared 2-core machine); what runs is the same graph, unoptimised.
+    tf.config.optimizer.set_experimental_options({'disable_meta_optimizer': True})
+    hvd.init()
+    results = {'seconds': {'import_and_init': time.monotonic() - start}}
+    for name, body in WORKERS.items():
+        start = time.monotonic()
+        try:
+            results[name] = ('ok', body())
+        except Exception:  # noqa: BLE001 - reported to the test that checks this body
+            results[name] = ('error', traceback.format_exc())
+        results['seconds'][name] = time.monotonic() - start
+    return results
