@@ -6,7 +6,7 @@ Run one process per rank under the launcher:
     horovodrun -np 2 -H localhost:2 python benchmarks/autotune_bench.py --markdown out.md
 
 Each step submits one float32 Average allreduce per parameter tensor of a model (ResNet-18 for
-ImageNet by default: 62 tensors, 11.7 M parameters, 46.8 MB; or ResNet-20 for CIFAR-10: 65
+ImageNet by default: 62 tensors, 11.7 M parameters, 46.8 MB; or ResNet-20 for CIFAR-10: 59
 tensors, 0.27 M parameters), in reverse layer order as backpropagation produces gradients, then
 waits for all of them: what DistributedOptimizer does every step, without the compute.
 

@@ -85,10 +85,25 @@ def _same_config(row, other):
             and math.isclose(row["fusion"], other["fusion"], rel_tol=1e-5, abs_tol=1e-6))
 
 
+def _best(rows):
+    """The configuration with the highest mean score (a configuration may be scored more than once)
+    and that mean."""
+    groups = []
+    for row in rows:
+        for group in groups:
+            if _same_config(group[0], row):
+                group.append(row)
+                break
+        else:
+            groups.append([row])
+    means = [(group[0], sum(r["score"] for r in group) / len(group)) for group in groups]
+    return max(means, key=lambda m: m[1])
+
+
 def _check_final(rows, params_per_rank):
     *scored, final = rows
-    best = max(scored, key=lambda r: r["score"])
-    assert _same_config(final, best) and final["score"] == best["score"]
+    best, mean = _best(scored)
+    assert _same_config(final, best) and math.isclose(final["score"], mean, rel_tol=1e-4)
     for params in params_per_rank:
         assert params == params_per_rank[0], params_per_rank  # every rank ends with the same parameters
         assert params["tuning"] is False
@@ -112,7 +127,7 @@ def test_autotune_runs_to_completion(tmp_path, np_):
     proposal = joint[4]
     assert 0.0 <= proposal["fusion"] <= 64.0 and 1.0 <= proposal["cycle"] <= 100.0
     assert all(r["cache"] == 1 for r in joint)
-    best_joint = max([initial] + joint, key=lambda r: r["score"])
+    best_joint, _ = _best([initial] + joint)
     assert [r["cache"] for r in cache] == [0, 1]
     for row in cache:
         assert (row["fusion"], row["cycle"]) == (best_joint["fusion"], best_joint["cycle"])

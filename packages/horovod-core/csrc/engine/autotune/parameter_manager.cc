@@ -143,6 +143,28 @@ std::optional<TunedParameters> ParameterManager::Score(double score) {
   return Advance();
 }
 
+std::pair<TunedParameters, double> ParameterManager::Best() const {
+  // Mean score per distinct configuration: one measured more than once (the optimisation may
+  // propose a point again, the cache stage measures the best pair again) is judged on all its
+  // scores rather than on its luckiest one.
+  std::vector<std::pair<TunedParameters, std::pair<double, int>>> sums;
+  for (const auto& [p, score] : scored_) {
+    auto it = std::find_if(sums.begin(), sums.end(), [&p = p](const auto& entry) { return entry.first == p; });
+    if (it == sums.end()) {
+      sums.push_back({p, {score, 1}});
+    } else {
+      it->second.first += score;
+      it->second.second += 1;
+    }
+  }
+  std::pair<TunedParameters, double> best{sums[0].first, -1.0};
+  for (const auto& [p, sum] : sums) {
+    const double mean = sum.first / sum.second;
+    if (mean > best.second) best = {p, mean};
+  }
+  return best;
+}
+
 TunedParameters ParameterManager::Advance() {
   waiting_for_apply_ = true;
   if (joint_left_ > 0) {
@@ -161,13 +183,9 @@ TunedParameters ParameterManager::Advance() {
     if (tune_cycle_) current_.cycle_time_ms = point[d++];
     return current_;
   }
-  auto best_of = [this] {
-    return std::max_element(scored_.begin(), scored_.end(),
-                            [](const auto& a, const auto& b) { return a.second < b.second; });
-  };
   if ((stage_ == Stage::JOINT || stage_ == Stage::INITIAL) && !scored_.empty()) {
     // The categorical stages start from the best pair.
-    const TunedParameters& best = best_of()->first;
+    const TunedParameters best = Best().first;
     current_.fusion_threshold_bytes = best.fusion_threshold_bytes;
     current_.cycle_time_ms = best.cycle_time_ms;
   }
@@ -179,11 +197,11 @@ TunedParameters ParameterManager::Advance() {
   }
   stage_ = Stage::DONE;
   if (!scored_.empty()) {
-    const auto best = best_of();
-    current_ = best->first;
+    const auto [best, score] = Best();
+    current_ = best;
     current_.tuning = false;
-    WriteRow(current_, best->second);
-    HVD_LOG(INFO) << "Autotune: done; best " << Describe(current_) << " (score " << best->second << " bytes/us).";
+    WriteRow(current_, score);
+    HVD_LOG(INFO) << "Autotune: done; best " << Describe(current_) << " (score " << score << " bytes/us).";
   } else {
     current_.tuning = false;
     HVD_LOG(INFO) << "Autotune: nothing to tune; keeping " << Describe(current_) << ".";

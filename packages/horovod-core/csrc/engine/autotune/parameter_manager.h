@@ -9,11 +9,11 @@
 //             points, then Bayesian optimisation (bayesian_optimization.h), for up to
 //             HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES configurations; the best pair is kept;
 //   cache     the response cache off, then on;
-//   done      the best configuration scored in any stage is fixed.
+//   done      the configuration with the best mean score over all stages is fixed.
 // A variable the user set explicitly is left out of the search (a stage with nothing left to
 // search is skipped). One score is the median of five samples; a sample ends when some tensor has
 // been reduced STEPS_PER_SAMPLE more times. Each scored configuration is a row of the CSV log
-// (HOROVOD_AUTOTUNE_LOG), and the last row is the configuration chosen.
+// (HOROVOD_AUTOTUNE_LOG), and the last row is the configuration chosen, with its mean score.
 //
 // The engine calls Update after every cycle of the global set with the responses it executed;
 // when Update returns parameters, the engine publishes them through the global set's controller,
@@ -28,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "../config.h"
@@ -65,6 +66,8 @@ class ParameterManager {
   std::optional<TunedParameters> Score(double score);
   // Moves to the next configuration of the chain (or to the end) and returns it.
   TunedParameters Advance();
+  // The scored configuration with the highest mean score, and that mean (scored_ not empty).
+  std::pair<TunedParameters, double> Best() const;
   void WriteRow(const TunedParameters& p, double score);
   std::vector<double> JointPoint(const TunedParameters& p) const;
   bool InJointSpace(const TunedParameters& p) const;
