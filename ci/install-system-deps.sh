@@ -13,6 +13,8 @@ packages=(
   openmpi-bin     # mpirun, for horovodrun --mpi and the MPI tests
   libeigen3-dev   # autotune: linear algebra of the Gaussian process (header-only)
   liblbfgspp-dev  # autotune: L-BFGS-B for the acquisition function (header-only, over Eigen)
+  libgomp1        # OpenMP and quadmath runtimes the MXNet 1.9.1 wheel links (tests-mxnet)
+  libquadmath0
 )
 
 # Debian's own Python needs its headers from a package; a python.org or pyenv build ships them.

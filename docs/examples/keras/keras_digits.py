@@ -35,11 +35,11 @@ import horovod.keras as hvd
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--epochs', type=int, default=12, help='passes over the training set')
+    parser.add_argument('--epochs', type=int, default=6, help='passes over the training set')
     parser.add_argument('--batch-size', type=int, default=32, help='examples per step per rank')
-    parser.add_argument('--lr', type=float, default=0.02,
+    parser.add_argument('--lr', type=float, default=0.002,
                         help='learning rate for one process; scaled by the number of ranks')
-    parser.add_argument('--warmup-epochs', type=int, default=2,
+    parser.add_argument('--warmup-epochs', type=int, default=1,
                         help='epochs over which the scaled learning rate is reached')
     parser.add_argument('--seed', type=int, default=42, help='seed for the split and the model')
     parser.add_argument('--backward-passes-per-step', type=int, default=1,
@@ -103,7 +103,7 @@ def main():
     # learning rate, reached gradually by the warm-up callback.
     scaled_lr = args.lr * hvd.size()
     optimizer = hvd.DistributedOptimizer(
-        keras.optimizers.SGD(learning_rate=scaled_lr, momentum=0.9),
+        keras.optimizers.Adam(learning_rate=scaled_lr),
         compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none,
         backward_passes_per_step=args.backward_passes_per_step)
     # XLA cannot compile Horovod's collectives, which run outside the TensorFlow graph.

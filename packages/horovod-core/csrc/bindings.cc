@@ -613,9 +613,11 @@ NB_MODULE(_core, m) {
     d["cache_hits"] = s.cache_hits;
     d["negotiation_us"] = s.negotiation_us;
     d["shared_memory"] = engine->shared_memory();
+    d["shared_memory_single_copy"] = engine->shared_memory_single_copy();
     return d;
   }, "Negotiation counters of the global process set (cycles, coordinator_rounds, cache_hits, negotiation_us), "
-     "and whether its collectives go through shared memory (shared_memory).");
+     "whether its collectives go through shared memory (shared_memory) and its large allreduces read the peers' "
+     "buffers directly (shared_memory_single_copy).");
   m.def("tuned_parameters", [] {
     TunedParameters p = RequireEngineForQuery()->CurrentParameters();
     nb::dict d;

@@ -1,8 +1,10 @@
 """The shared-memory transport (csrc/engine/shared_memory.h), used by default when every rank is on
 one host: results against numpy references at np = 2, 3 and 4 for sizes around its internal
-boundaries (the 64 KiB whole-reduce limit, the 1 MiB slot, several pipelined slots), every dtype,
-large allgathers and broadcasts, and negotiation messages longer than a slot. The same job with
-HOROVOD_SHARED_MEMORY=0 checks that the switch really changes the transport."""
+boundaries (the 64 KiB whole-reduce limit, the 1 MiB slot, several pipelined slots, the 256 KiB
+pieces of the single-copy allreduce), every dtype, large allgathers and broadcasts, and negotiation
+messages longer than a slot; with the single-copy allreduce (process_vm_readv, allowed on this
+machine) and without it (through the segment). The same job with HOROVOD_SHARED_MEMORY=0 checks
+that the switch really changes the transport."""
 
 import numpy as np
 import pytest
@@ -74,19 +76,21 @@ def _transport_suite():
     cases += 1
     stats = core.engine_stats()
     basics.shutdown()
-    return cases, stats["shared_memory"]
+    return cases, stats["shared_memory"], stats["shared_memory_single_copy"]
 
 
+@pytest.mark.parametrize("single_copy", ["1", "0"])
 @pytest.mark.parametrize("np_", [2, 3, 4])
-def test_transport_against_numpy(np_):
-    results = run_ranks(np_, _transport_suite, timeout=400)
-    for cases, shared in results:
+def test_transport_against_numpy(np_, single_copy):
+    results = run_ranks(np_, _transport_suite, env={"HOROVOD_SHARED_MEMORY_SINGLE_COPY": single_copy}, timeout=400)
+    for cases, shared, direct in results:
         assert shared, "every rank is on this host: the shared-memory transport should be in use"
+        assert direct == (single_copy == "1")
         assert cases == 90 + 1 + np_ + 1
 
 
 def test_switched_off():
     results = run_ranks(2, _transport_suite, env={"HOROVOD_SHARED_MEMORY": "0"}, timeout=400)
-    for cases, shared in results:
-        assert not shared
+    for cases, shared, direct in results:
+        assert not shared and not direct
         assert cases == 90 + 1 + 2 + 1

@@ -377,6 +377,56 @@ def tensorflow_only():
     return out
 
 
+def elastic():
+    """KerasState: sync from rank 0, restore to the last commit, the state callbacks during
+    ``model.fit``, and ``elastic.run`` retrying after a HorovodInternalError (with a real
+    shutdown and init of Horovod in between)."""
+    keras, hvd = _hvd()
+    from horovod.common.exceptions import HorovodInternalError
+    r = hvd.rank()
+    out = {}
+    unbuilt = keras.Sequential([keras.layers.Dense(2)])
+    try:
+        hvd.elastic.KerasState(unbuilt)
+        out['unbuilt'] = None
+    except ValueError as e:
+        out['unbuilt'] = str(e)
+
+    model = _dense_model(keras, hvd, hvd.DistributedOptimizer(keras.optimizers.SGD(LR)))
+    model.set_weights([W0 + r, B0 - r])
+    state = hvd.elastic.KerasState(model, epoch=r, batch=0)
+    state.sync()
+    out['synced'] = (model.get_weights(), state.epoch)
+    model.set_weights([W0 * 10, B0 * 10])
+    state.restore()
+    out['restored'] = model.get_weights()
+
+    x, y = rank_data(r, n=8)
+    model.fit(x, y, batch_size=4, epochs=2, verbose=0, callbacks=[
+        hvd.elastic.UpdateEpochStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
+        hvd.elastic.CommitStateCallback(state, batches_per_commit=3)])
+    trained = model.get_weights()
+    out['after_fit'] = (state.epoch, state.batch, trained)
+    model.set_weights([W0 * 10, B0 * 10])
+    state.restore()
+    out['restored_after_fit'] = model.get_weights()
+
+    attempts = []
+
+    @hvd.elastic.run
+    def train(state):
+        attempts.append(state.epoch)
+        if len(attempts) == 1:
+            model.set_weights([W0 * 10, B0 * 10])
+            state.epoch = 100
+            raise HorovodInternalError('simulated loss of a rank')
+        return model.get_weights(), float(_np(keras, hvd.allreduce(np.array([r + 1.0]))[0]))
+
+    weights, average = train(state)
+    out['run'] = (attempts, weights, average, hvd.size())
+    return out
+
+
 WORKERS = {
     'imports': imports,
     'ops': ops,
@@ -386,4 +436,6 @@ WORKERS = {
     'load_model': load_model,
     'errors': errors,
     'tensorflow_only': tensorflow_only,
+    # Last: it shuts Horovod down and starts it again.
+    'elastic': elastic,
 }

@@ -61,5 +61,5 @@ def test_digits_example_np2(backend, tmp_path):
     print(f'{backend}: {match.group(0)}')
     assert float(match.group(1)) >= 0.95, text
     assert 'weights identical on all 2 ranks' in text, text
-    assert 'loaded back with SGD (DistributedSGD)' in text, text
+    assert 'loaded back with Adam (DistributedAdam)' in text, text
     assert checkpoint.is_file() and (tmp_path / 'digits-best.keras').is_file()

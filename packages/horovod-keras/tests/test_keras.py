@@ -215,3 +215,32 @@ def test_tensorflow_specifics(job):
         close(b, B0 - LR * np.mean([rank_grads(r)[1] for r in range(n)], 0))
         close(out['tf_keras_allreduce'], [(n + 1) / 2.0])
         assert out['tf_keras_names'] == (True, True)
+
+
+def test_elastic_state_and_run(job):
+    _, n, results = job('elastic')
+    synced_w, synced_b = results[0]['synced'][0]
+    np.testing.assert_array_equal(synced_w, W0)
+    np.testing.assert_array_equal(synced_b, B0)
+    trained = results[0]['after_fit'][2]
+    for out in results:
+        assert 'build' in out['unbuilt']
+        (w, b), epoch = out['synced']
+        np.testing.assert_array_equal(w, W0)
+        np.testing.assert_array_equal(b, B0)
+        assert epoch == 0  # rank 0's value
+        for restored, synced in zip(out['restored'], (W0, B0), strict=True):
+            np.testing.assert_array_equal(restored, synced)
+        epoch, batch, weights = out['after_fit']
+        assert (epoch, batch) == (2, 0)
+        for mine, rank0 in zip(weights, trained, strict=True):
+            np.testing.assert_array_equal(mine, rank0)
+        # Committed at the last epoch end: restore gives the trained weights back.
+        for restored, mine in zip(out['restored_after_fit'], weights, strict=True):
+            np.testing.assert_array_equal(restored, mine)
+        # The first attempt failed after changing the state; the retry starts from the commit.
+        attempts, run_weights, average, size = out['run']
+        assert attempts == [2, 2]
+        for got, mine in zip(run_weights, weights, strict=True):
+            np.testing.assert_array_equal(got, mine)
+        assert size == n and average == pytest.approx((n + 1) / 2.0)

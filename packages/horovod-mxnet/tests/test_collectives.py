@@ -142,6 +142,15 @@ def mxnet_specifics():
                                    1, 1.0, 1.0, 'float32')
     checks['result_seen_by_mxnet'] = bool(np.array_equal(doubled, expected * 2))
 
+    # An in-place op on a view (rows 1-2 of a larger array) writes those rows only.
+    base = np.arange(12, dtype=np.float32).reshape(4, 3) + rank
+    x = mx.nd.array(base)
+    hvd.allreduce_(x[1:3], op=hvd.Sum, prescale_factor=2.0, name='view')
+    expected = base.copy()
+    expected[1:3] = sum(2 * (np.arange(12, dtype=np.float32).reshape(4, 3)[1:3] + r)
+                        for r in range(size))
+    checks['view'] = bool(np.array_equal(x.asnumpy(), expected))
+
     # bool goes through allgather, broadcast (both forms) and alltoall unchanged.
     flags = mx.nd.array(rank_input(rank, 'bool', (6,), salt=42), dtype='bool')
     gathered = hvd.allgather(flags, name='bool')

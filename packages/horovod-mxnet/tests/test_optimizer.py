@@ -156,11 +156,11 @@ def optimizer_cases():
     def weights():
         return [mx.nd.array(np.full(s, 0.5, np.float32)) for s in shapes]
 
-    def reference(optimizer):
+    def reference(optimizer, ranks=range(size)):
         ws = weights()
         update = mx.optimizer.get_updater(optimizer)
         for step in range(STEPS):
-            mean = [np.mean([grads_of(r, step)[i] for r in range(size)], axis=0)
+            mean = [np.mean([grads_of(r, step)[i] for r in ranks], axis=0)
                     for i in range(len(shapes))]
             for i, (w, g) in enumerate(zip(ws, mean, strict=True)):
                 update(i, mx.nd.array(g), w)
@@ -192,6 +192,20 @@ def optimizer_cases():
         errors[f'aggregated_{num_groups}'] = _max_error(
             [w.asnumpy() for w in ws],
             reference(mx.optimizer.SGD(learning_rate=0.3, momentum=0.5)))
+    # A process set of all ranks but the last: its members average within it, the last rank
+    # updates with its own gradients.
+    if size > 1:
+        subset = hvd.add_process_set(list(range(size - 1)))
+        ws = weights()
+        update = mx.optimizer.get_updater(hvd.DistributedOptimizer(
+            mx.optimizer.SGD(learning_rate=0.3, momentum=0.5), process_set=subset))
+        for step in range(STEPS):
+            for i, (w, g) in enumerate(zip(ws, grads_of(rank, step), strict=True)):
+                update(i, mx.nd.array(g), w)
+        ranks = subset.ranks if rank in subset.ranks else [rank]
+        errors['process_set'] = _max_error([w.asnumpy() for w in ws], reference(
+            mx.optimizer.SGD(learning_rate=0.3, momentum=0.5), ranks))
+        hvd.remove_process_set(subset)
     # Attributes read and written through the wrapper reach the wrapped optimizer.
     optimizer = hvd.DistributedOptimizer(mx.optimizer.SGD(learning_rate=0.3))
     optimizer.set_learning_rate(0.7)
@@ -199,6 +213,12 @@ def optimizer_cases():
     errors['delegation'] = float(abs(optimizer._optimizer.learning_rate - 0.7)
                                  + abs(optimizer._optimizer.wd - 0.25)
                                  + abs(optimizer.learning_rate - 0.7))
+    # MXNet's updaters pickle the optimizer when saving states with dump_optimizer=True.
+    update = mx.optimizer.get_updater(optimizer)
+    update.set_states(update.get_states(dump_optimizer=True))
+    restored = update.optimizer
+    errors['pickled'] = (0.0 if isinstance(restored, hvd.DistributedOptimizer)
+                         and restored.learning_rate == 0.7 and restored.wd == 0.25 else 1.0)
     return errors
 
 
@@ -220,6 +240,6 @@ def test_distributed_trainer_matches_single_process(np_):
 def test_distributed_optimizer_matches_single_process(np_):
     for errors in results(optimizer_cases, np_):
         assert set(errors) == {'sgd', 'predivide', 'adam', 'aggregated_0', 'aggregated_2',
-                               'delegation'}
+                               'delegation', 'pickled'} | ({'process_set'} if np_ > 1 else set())
         for key, error in errors.items():
             assert error <= 1e-5, (key, errors)

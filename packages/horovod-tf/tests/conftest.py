@@ -4,7 +4,11 @@ test reads its body's results from every rank (see workers.py)."""
 
 import concurrent.futures
 import os
+import pathlib
+import shutil
+import subprocess
 import sys
+import tempfile
 
 import pytest
 from horovod_testing import run_ranks
@@ -24,8 +28,31 @@ def _job(np_):
     return run_ranks(np_, run_all, env=env, timeout=600)
 
 
+EXAMPLE = (pathlib.Path(__file__).resolve().parents[3] / 'docs' / 'examples' / 'tensorflow2' /
+           'tensorflow2_digits.py')
+
+
 @pytest.fixture(scope='session')
-def jobs():
+def example_process():
+    """The digits example under ``horovodrun --gloo -np 2``, started at once so that it runs while
+    the jobs below run. Yields ``(Popen, stdout path, stderr path)``; killed at the end if still
+    running."""
+    horovodrun = shutil.which('horovodrun') or str(pathlib.Path(sys.executable).parent / 'horovodrun')
+    if not pathlib.Path(horovodrun).exists():
+        pytest.fail('horovodrun is not installed (pip install horovod-run)')
+    workdir = tempfile.mkdtemp(prefix='hvdtf-example-')
+    out_path, err_path = os.path.join(workdir, 'stdout'), os.path.join(workdir, 'stderr')
+    with open(out_path, 'wb') as out, open(err_path, 'wb') as err:
+        proc = subprocess.Popen([horovodrun, '--gloo', '-np', '2', '-H', 'localhost:2', sys.executable, str(EXAMPLE)],
+                                stdout=out, stderr=err, env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'})
+    yield proc, out_path, err_path
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope='session')
+def jobs(example_process):
     with concurrent.futures.ThreadPoolExecutor(len(SIZES)) as pool:
         futures = {n: pool.submit(_job, n) for n in SIZES}
     outcomes = {}

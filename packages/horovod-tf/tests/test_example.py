@@ -1,32 +1,21 @@
 """The digits example (docs/examples/tensorflow2/tensorflow2_digits.py) trains under horovodrun on
-two ranks to at least 95% test accuracy, and the ranks end with bitwise-identical weights."""
+two ranks to at least 95% test accuracy, and the ranks end with bitwise-identical weights. The run
+starts with the session (conftest.example_process)."""
 
-import os
 import pathlib
 import re
-import shutil
-import subprocess
-import sys
-
-import pytest
-
-EXAMPLE = (pathlib.Path(__file__).resolve().parents[3] / 'docs' / 'examples' / 'tensorflow2' /
-           'tensorflow2_digits.py')
 
 
-def test_digits_example_np2():
-    horovodrun = shutil.which('horovodrun') or str(pathlib.Path(sys.executable).parent / 'horovodrun')
-    if not pathlib.Path(horovodrun).exists():
-        pytest.fail('horovodrun is not installed (pip install horovod-run)')
-    done = subprocess.run([horovodrun, '--gloo', '-np', '2', '-H', 'localhost:2', sys.executable, str(EXAMPLE)],
-                          capture_output=True, text=True, timeout=400,
-                          env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'})
-    assert done.returncode == 0, done.stdout + done.stderr
+def test_digits_example_np2(example_process):
+    proc, out_path, err_path = example_process
+    returncode = proc.wait(timeout=600)
+    stdout = pathlib.Path(out_path).read_text(errors='replace')
+    stderr = pathlib.Path(err_path).read_text(errors='replace')
+    assert returncode == 0, stdout + stderr
     # horovodrun prefixes each worker line with "[rank]<stdout>:".
-    lines = [re.sub(r'^\[(?:\d+,)?\d+\]<stdout>:', '', line) for line in done.stdout.splitlines()]
-    text = '\n'.join(lines)
+    text = '\n'.join(re.sub(r'^\[(?:\d+,)?\d+\]<stdout>:', '', line) for line in stdout.splitlines())
     match = re.search(r'^test accuracy: (\d\.\d{4})$', text, re.MULTILINE)
-    assert match, text
+    assert match, stdout + stderr
     assert float(match.group(1)) >= 0.95, text
     assert 'weights identical on all 2 ranks' in text, text
     assert text.count('test accuracy') == 1, 'only rank 0 prints'

@@ -36,6 +36,9 @@ def test_dynamic_process_sets(result):
     for counts in values:
         assert counts['registry'] == 8 and counts['concurrent'] == 40, counts
         assert counts['member_ops'] + counts['non_member_ops'] > 0, counts
+    # Ranks 0 and n - 1 (n > 2), or rank 1 alone (n = 2), ran the graph-mode ops on a set.
+    members = [0, n - 1] if n > 2 else [n - 1]
+    assert [c['graph_member_ops'] for c in values] == [3 if r in members else 0 for r in range(n)]
 
 
 def test_join(result):

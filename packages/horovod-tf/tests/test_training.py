@@ -31,8 +31,14 @@ def test_errors(result):
     for v in values:
         assert v['after'] is True
         assert v['xla'] == 'ValueError' and v['sparse_adasum'] == 'NotImplementedError'
+        assert v['adasum'] == {1: [1.0, 0.0], 2: [1.0, 1.0], 3: 'NotImplementedError'}[n], v
         if n > 1:
             assert v['is_internal_error'] is True
             assert v['eager_mismatch'] == 'FailedPreconditionError'
             assert v['root_mismatch'] == 'FailedPreconditionError'
             assert v['graph_mismatch'] in ('UnknownError', 'FailedPreconditionError'), v
+
+
+def test_elastic_state_and_run(result):
+    n, values = result('elastic')
+    assert values == [([(0, 0.0), (1, 1.0)], 4, 0)] * n

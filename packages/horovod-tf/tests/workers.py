@@ -297,6 +297,21 @@ def _legacy_optimizer(hvd, rank, n):
     close(start, np.ones(3), 'hook broadcast the root\'s initial value')
     expected = np.ones(3) - 0.1 * np.mean([2 * np.ones(3) * x for x in xs], axis=0)
     close(after, expected, 'legacy optimizer step')
+    # Two backward passes per step in a TF1 graph: the first pass applies nothing.
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable('w', initializer=np.ones(3))
+        loss = tf.reduce_sum(w * w * xs[rank])
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), backward_passes_per_step=2)
+        train = opt.minimize(loss)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(train)
+            first = sess.run(w)
+            sess.run(train)
+            second = sess.run(w)
+    close(first, np.ones(3), 'legacy aggregation: no update after one pass')
+    # Both passes at w = 1: the accumulated gradient is 2 * (2 * x) per rank, averaged over ranks.
+    close(second, np.ones(3) - 0.1 * np.mean([4 * x for x in xs], axis=0), 'legacy aggregated step')
     return True
 
 
@@ -412,6 +427,13 @@ def errors():
     seen['fused'] = _expect(ValueError, lambda: hvd.SyncBatchNormalization(fused=True), 'fused')
     seen['bpps'] = _expect(ValueError, lambda: hvd.LocalGradientAggregationHelper(0, None, False, False), 'bpps 0')
     seen['not_optimizer'] = _expect(ValueError, lambda: hvd.DistributedOptimizer(object()), 'not an optimizer')
+    if n in (1, 2):
+        # Adasum of orthogonal vectors is their sum; of one vector, itself.
+        x = tf.constant([1.0, 0.0] if rank == 0 else [0.0, 1.0])
+        seen['adasum'] = hvd.allreduce(x, op=hvd.Adasum, name='adasum').numpy().tolist()
+    else:
+        seen['adasum'] = _expect(NotImplementedError, lambda: hvd.allreduce(tf.ones(2), op=hvd.Adasum),
+                                 'Adasum on 3 ranks', 'power-of-2')
     if n > 1:
         # Shapes differ between ranks: every rank gets the error, eagerly...
         bad = tf.ones((rank + 1,))
@@ -450,9 +472,27 @@ def process_sets():
     """The shared dynamic process-set suite through the eager adapter (np >= 2)."""
     from horovod_testing.process_sets import run_process_set_suite
     from tf_adapter import EagerAdapter
-    if _hvd().size() < 2:
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    if n < 2:
         return None
-    return run_process_set_suite(EagerAdapter)
+    counts = run_process_set_suite(EagerAdapter)
+    # The same set ids reach the engine from a graph: members reduce, gather and read the size.
+    members = [0, n - 1] if n > 2 else [n - 1]
+    ps = hvd.add_process_set(members)
+    if rank in members:
+        def step():
+            return (hvd.allreduce(tf.constant([float(rank + 1)]), op=hvd.Sum, process_set=ps),
+                    hvd.allgather(tf.constant([rank]), process_set=ps), hvd.size_op(ps.process_set_id))
+        summed, gathered, set_size = tf.function(step)()
+        close(summed, [float(sum(m + 1 for m in members))], 'graph allreduce on a process set')
+        if gathered.numpy().tolist() != members or int(set_size) != len(members):
+            raise AssertionError(f'graph allgather / size_op on {members}: {gathered}, {set_size}')
+        counts['graph_member_ops'] = 3
+    else:
+        counts['graph_member_ops'] = 0
+    hvd.remove_process_set(ps)
+    return counts
 
 
 def join():
@@ -462,6 +502,50 @@ def join():
     if _hvd().size() < 2:
         return None
     return run_join_suite(EagerAdapter)
+
+
+def elastic():
+    """hvd.elastic: state sync from rank 0, commit and restore, and run() retrying after a
+    collective failed inside a graph (UnknownError naming a Horovod op), with Horovod reset.
+    Last: the retry shuts Horovod down and initialises it again."""
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    _expect(ValueError, lambda: hvd.elastic.TensorFlowKerasState(tf.keras.Sequential([tf.keras.layers.Dense(2)])),
+            'unbuilt model', 'build')
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2)])
+    model.set_weights([np.full((3, 2), float(rank), np.float32), np.full(2, float(rank), np.float32)])
+    state = hvd.elastic.TensorFlowKerasState(model, batch=rank)
+    attempts = []
+
+    @hvd.elastic.run
+    def train(state):
+        attempts.append((state.batch, float(model.get_weights()[0][0, 0])))
+        for _ in range(3):
+            model.set_weights([w + 1 for w in model.get_weights()])
+            state.batch += 1
+            if len(attempts) == 1 and state.batch == 2:
+                raise tf.errors.UnknownError(None, None, 'HorovodAllreduce of x failed: simulated peer failure')
+            state.commit()
+        total = hvd.allreduce(tf.constant(model.get_weights()[0]), op=hvd.Sum, name='elastic_total').numpy()
+        return state.batch, float(total[0, 0])
+
+    batch, total = train(state)
+    # Synced from rank 0 (batch 0, weights 0); rolled back to the commit after one step.
+    if attempts != [(0, 0.0), (1, 1.0)] or batch != 4 or total != 4.0 * n:
+        raise AssertionError(f'elastic run: attempts {attempts}, batch {batch}, total {total}')
+
+    @hvd.elastic.run
+    def unrelated(state):
+        raise tf.errors.UnknownError(None, None, 'not a Horovod failure')
+
+    _expect(tf.errors.UnknownError, lambda: unrelated(state), 'unrelated UnknownError propagates')
+    variables = [tf.Variable(np.full(2, float(rank)))]
+    tf_state = hvd.elastic.TensorFlowState(variables, epoch=rank)
+    tf_state.sync()
+    variables[0].assign([7.0, 7.0])
+    tf_state.restore()
+    close(variables[0].numpy(), np.zeros(2), 'TensorFlowState restored to the synced values')
+    return attempts, batch, tf_state.epoch
 
 
 WORKERS = {
@@ -476,6 +560,7 @@ WORKERS = {
     'alignment': alignment,
     'process_sets': process_sets,
     'join': join,
+    'elastic': elastic,
 }
 
 

@@ -1,7 +1,9 @@
 #include "backend.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -58,11 +60,75 @@ MpiPlugin& Plugin() {
   return plugin;
 }
 
+// What the build recorded about its MPI (CMakeLists.txt, cmake/HorovodFindMPI.cmake).
+#ifndef HOROVOD_MPI_ORIGIN
+#define HOROVOD_MPI_ORIGIN ""
+#endif
+#ifndef HOROVOD_MPI_DESCRIPTION
+#define HOROVOD_MPI_DESCRIPTION ""
+#endif
+#ifndef HOROVOD_MPI_LIBRARY
+#define HOROVOD_MPI_LIBRARY ""
+#endif
+#ifndef HOROVOD_MPI_IS_OPEN_MPI
+#define HOROVOD_MPI_IS_OPEN_MPI 0
+#endif
+#ifndef HOROVOD_MPI_NOT_BUILT
+#define HOROVOD_MPI_NOT_BUILT ""
+#endif
+
+bool FileExists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+std::string Parent(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos || slash == 0 ? std::string("/") : path.substr(0, slash);
+}
+
+// For an MPI from a PyPI wheel or HOROVOD_MPI_HOME: loads its libmpi (RTLD_GLOBAL) before the
+// plugin, so that the plugin's libmpi dependency resolves to it and never to another libmpi of the
+// same name (a system Open MPI has the same soname). The wheel is looked for first in the
+// environment this core is installed in (<prefix>/lib/pythonX.Y/site-packages/horovod/common ->
+// <prefix>/lib), then where the build found it. Returns false with `error` set when none loads.
+bool PreloadMpiLibrary(const std::string& core_dir, std::string* error) {
+  const std::string origin = HOROVOD_MPI_ORIGIN;
+  const std::string built = HOROVOD_MPI_LIBRARY;
+  if (origin == "system" || built.empty()) return true;  // the loader's own search, as for any system library
+  std::string name = built.substr(built.rfind('/') + 1);
+  std::vector<std::string> candidates;
+  if (origin == "wheel") {
+    std::string env_lib = Parent(Parent(Parent(Parent(core_dir))));
+    candidates.push_back(env_lib + "/" + name);
+  }
+  if (candidates.empty() || candidates[0] != built) candidates.push_back(built);
+  std::string tried;
+  for (const auto& path : candidates) {
+    if (!FileExists(path)) {
+      tried += (tried.empty() ? "" : "; ") + path + ": no such file";
+      continue;
+    }
+    if (HOROVOD_MPI_IS_OPEN_MPI) {
+      // A relocated Open MPI finds its own files through OPAL_PREFIX; its mpirun sets it for the
+      // ranks, a process started otherwise needs it too. <prefix>/lib/libmpi.so -> <prefix>.
+      setenv("OPAL_PREFIX", Parent(Parent(path)).c_str(), /*overwrite=*/0);
+    }
+    if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr) return true;
+    const char* why = dlerror();
+    tried += (tried.empty() ? "" : "; ") + (why ? std::string(why) : path + ": cannot be loaded");
+  }
+  *error = std::string("its MPI backend was built against ") + HOROVOD_MPI_DESCRIPTION + ", whose libmpi could not "
+           "be loaded (tried " + tried + ")";
+  return false;
+}
+
 // Loads _mpi_backend.so from the folder of this module. RTLD_GLOBAL: Open MPI's own components
 // look up libmpi's symbols globally.
 MpiPlugin& LoadMpiPlugin() {
   MpiPlugin& plugin = Plugin();
   std::call_once(plugin.once, [&plugin] {
+    if (std::string(HOROVOD_MPI_NOT_BUILT).size() > 0) {
+      plugin.error = std::string("this build of Horovod was built without MPI (") + HOROVOD_MPI_NOT_BUILT + ")";
+      return;
+    }
     Dl_info info;
     if (dladdr(reinterpret_cast<void*>(&LoadMpiPlugin), &info) == 0 || info.dli_fname == nullptr) {
       plugin.error = "cannot locate the Horovod core module";
@@ -71,10 +137,14 @@ MpiPlugin& LoadMpiPlugin() {
     std::string dir(info.dli_fname);
     dir = dir.substr(0, dir.rfind('/') + 1);
     std::string path = dir + "_mpi_backend.so";
+    if (!PreloadMpiLibrary(dir.substr(0, dir.size() - 1), &plugin.error)) return;
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (handle == nullptr) {
       const char* why = dlerror();
       plugin.error = std::string("this build of Horovod has no usable MPI backend (") + (why ? why : path) + ")";
+      if (std::string(HOROVOD_MPI_DESCRIPTION).size() > 0) {
+        plugin.error += std::string("; it was built against ") + HOROVOD_MPI_DESCRIPTION;
+      }
       return;
     }
     plugin.create = reinterpret_cast<MpiCreate>(dlsym(handle, "horovod_mpi_create_backend"));

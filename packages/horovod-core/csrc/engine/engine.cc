@@ -149,10 +149,12 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
     std::vector<int64_t> pids;
     for (const auto& peer : engine->peers_) pids.push_back(peer.second);
     std::string why;
-    std::unique_ptr<Backend> shared = MakeSharedMemoryBackend(backend, pids, options, &why);
+    bool single_copy = engine->config_.shared_memory_single_copy;
+    std::unique_ptr<Backend> shared = MakeSharedMemoryBackend(backend, pids, options, &single_copy, &why);
     if (shared) {
       backend = std::move(shared);
       engine->shared_memory_ = true;
+      engine->shared_memory_single_copy_ = single_copy;
     } else {
       HVD_LOG(WARNING) << "Horovod could not set up shared memory between its ranks (" << why << "); collectives go "
                        << "through " << engine->backend_name_ << " instead.";

@@ -100,6 +100,7 @@ class Engine {
   TunedParameters CurrentParameters();
   // Whether the global set's collectives go through shared memory (csrc/engine/shared_memory.h).
   bool shared_memory() const { return shared_memory_; }
+  bool shared_memory_single_copy() const { return shared_memory_single_copy_; }
 
   const Config& config() const { return config_; }
   bool is_homogeneous() const { return homogeneous_; }
@@ -140,6 +141,7 @@ class Engine {
   std::string allreduce_activity_;  // timeline name of the backend's allreduce, e.g. GLOO_ALLREDUCE
   bool homogeneous_ = true;
   bool shared_memory_ = false;  // the global set's collectives go through shared memory
+  bool shared_memory_single_copy_ = false;  // ... and its large allreduces read peers' buffers directly
   FusionBuffer fusion_buffer_;
   Timeline timeline_;
   bool timeline_enabled_ = false;

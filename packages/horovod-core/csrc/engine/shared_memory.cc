@@ -4,6 +4,8 @@
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -33,6 +35,8 @@ constexpr int64_t kSlotBytes = 1 << 20;
 // Allreduce pieces up to this size are reduced whole by every rank (one step); larger ones are
 // split so that each rank reduces 1/n of the piece (two steps, n times less reduction work).
 constexpr int64_t kWholeReduceBytes = 64 << 10;
+// Pieces of the single-copy allreduce read from a peer at a time (kept in cache while reduced).
+constexpr int64_t kCopyChunkBytes = 256 << 10;
 // How long a waiting rank spins on a peer's counter before sleeping on the futex.
 constexpr auto kSpin = std::chrono::microseconds(20);
 // How often a sleeping rank checks that its peer process still exists.
@@ -134,8 +138,39 @@ class SharedMemoryBackend : public Backend {
     return inner_->Split(ranks, options);
   }
 
+  // Collective: whether every rank can read every other rank's memory (process_vm_readv); on
+  // success the large allreduces use it from now on.
+  bool EnableSingleCopy(bool wanted) {
+    // Under Yama's ptrace_scope=1 only a process's ancestors may read it unless it says otherwise.
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    static const uint64_t kProbe = kMagic;
+    const uintptr_t address = reinterpret_cast<uintptr_t>(&kProbe);
+    std::memcpy(Slot(rank_), &address, sizeof(address));
+    Step();
+    std::vector<uint64_t> ok{wanted ? 1u : 0u};
+    for (int r = 0; r < size_ && ok[0]; ++r) {
+      if (r == rank_) continue;
+      uintptr_t theirs = 0;
+      std::memcpy(&theirs, PreviousSlot(r), sizeof(theirs));
+      uint64_t value = 0;
+      iovec local{&value, sizeof(value)}, remote{reinterpret_cast<void*>(theirs), sizeof(value)};
+      if (process_vm_readv(static_cast<pid_t>(pids_[r]), &local, 1, &remote, 1, 0) != sizeof(value) ||
+          value != kMagic) {
+        ok[0] = 0;
+      }
+    }
+    AllreduceBitsAnd(ok);
+    single_copy_ = ok[0] != 0;
+    if (single_copy_) {
+      fold_.resize(kCopyChunkBytes);
+      incoming_.resize(kCopyChunkBytes);
+    }
+    return single_copy_;
+  }
+
   void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
     const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
+    if (single_copy_ && count * element > kWholeReduceBytes) return SingleCopyAllreduce(buffer, count, dtype, op);
     const int64_t per_step = kSlotBytes / element;
     char* out = static_cast<char*>(buffer);
     for (int64_t offset = 0; offset < count; offset += per_step) {
@@ -151,10 +186,7 @@ class SharedMemoryBackend : public Backend {
       }
       // Rank r reduces elements [Bound(r), Bound(r + 1)) of the piece into its own slot, where
       // no other rank reads them during this step; a second step publishes the results.
-      auto bound = [&](int r) {
-        const int64_t align = std::max<int64_t>(1, 64 / element);
-        return std::min(n, (n * r / size_ + align - 1) / align * align);
-      };
+      auto bound = [&](int r) { return Bound(r, n, element); };
       const int64_t lo = bound(rank_), hi = bound(rank_ + 1);
       char* own = PreviousSlot(rank_) + lo * element;
       if (hi > lo) {
@@ -223,6 +255,74 @@ class SharedMemoryBackend : public Backend {
     options.rank = inner.rank();
     options.size = inner.size();
     return options;
+  }
+
+  // Share of rank r in an operation over n elements of `element` bytes: [Bound(r), Bound(r + 1)),
+  // boundaries aligned to 64 bytes.
+  int64_t Bound(int r, int64_t n, int64_t element) const {
+    const int64_t align = std::max<int64_t>(1, 64 / element);
+    return std::min(n, (n * r / size_ + align - 1) / align * align);
+  }
+
+  // Copies `bytes` at `address` in rank r's memory to `into`.
+  void ReadPeer(int r, uintptr_t address, void* into, int64_t bytes) {
+    char* to = static_cast<char*>(into);
+    while (bytes > 0) {
+      iovec local{to, static_cast<size_t>(bytes)}, remote{reinterpret_cast<void*>(address), static_cast<size_t>(bytes)};
+      const ssize_t n = process_vm_readv(static_cast<pid_t>(pids_[r]), &local, 1, &remote, 1, 0);
+      if (n <= 0) {
+        throw std::runtime_error("shared memory: reading the buffer of rank " + std::to_string(r) + " (pid " +
+                                 std::to_string(pids_[r]) + ") failed: " + std::strerror(n < 0 ? errno : EIO));
+      }
+      to += n;
+      address += static_cast<uintptr_t>(n);
+      bytes -= n;
+    }
+  }
+
+  // Three steps: publish the buffer addresses; each rank folds its share of the elements from
+  // every rank's buffer, in rank order (so every rank's result is the same bit for bit), into its
+  // own buffer; then each rank copies the others' shares from their buffers. The last step keeps
+  // every buffer unchanged until no rank reads it any more.
+  void SingleCopyAllreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
+    const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
+    char* mine = static_cast<char*>(buffer);
+    const uintptr_t address = reinterpret_cast<uintptr_t>(buffer);
+    std::memcpy(Slot(rank_), &address, sizeof(address));
+    Step();
+    std::vector<uintptr_t> addresses(size_);
+    for (int r = 0; r < size_; ++r) std::memcpy(&addresses[r], PreviousSlot(r), sizeof(uintptr_t));
+    const int64_t lo = Bound(rank_, count, element), hi = Bound(rank_ + 1, count, element);
+    const int64_t chunk = kCopyChunkBytes / element;
+    for (int64_t a = lo; a < hi; a += chunk) {
+      const int64_t n = std::min(chunk, hi - a);
+      const int64_t offset = a * element;
+      char* own = mine + offset;
+      // The running result lives in fold_ until this rank's own operand has been combined, then
+      // in the buffer itself (whose original values are not needed after that).
+      char* acc = own;
+      if (rank_ != 0) {
+        ReadPeer(0, addresses[0] + offset, fold_.data(), n * element);
+        acc = fold_.data();
+      }
+      for (int r = 1; r < size_; ++r) {
+        const char* operand = own;
+        if (r != rank_) {
+          ReadPeer(r, addresses[r] + offset, incoming_.data(), n * element);
+          operand = incoming_.data();
+        }
+        char* dst = (acc == own || r == rank_) ? own : fold_.data();
+        Reduce(dst, acc, operand, n, dtype, op);
+        acc = dst;
+      }
+    }
+    Step();
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const int64_t a = Bound(r, count, element), b = Bound(r + 1, count, element);
+      if (b > a) ReadPeer(r, addresses[r] + a * element, mine + a * element, (b - a) * element);
+    }
+    Step();
   }
 
   char* HalfSlot(int half, int r) const {
@@ -357,12 +457,14 @@ class SharedMemoryBackend : public Backend {
   uint32_t step_ = 0;
   int half_ = 0;
   bool spin_ = true;
+  bool single_copy_ = false;
+  std::vector<char> fold_, incoming_;  // single-copy allreduce: running result, a peer's piece
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> MakeSharedMemoryBackend(std::unique_ptr<Backend>& inner, const std::vector<int64_t>& pids,
-                                                 const BackendOptions& options, std::string* why) {
+                                                 const BackendOptions& options, bool* single_copy, std::string* why) {
   Backend& comm = *inner;
   const int size = comm.size();
   const size_t bytes = SegmentBytes(size);
@@ -428,6 +530,12 @@ std::unique_ptr<Backend> MakeSharedMemoryBackend(std::unique_ptr<Backend>& inner
     return nullptr;
   }
   auto backend = std::make_unique<SharedMemoryBackend>(std::move(inner), base, bytes, pids, options.timeout);
+  const bool wanted = *single_copy;
+  *single_copy = backend->EnableSingleCopy(wanted);
+  if (wanted && !*single_copy) {
+    HVD_LOG(DEBUG) << "shared memory: ranks cannot read each other's memory (process_vm_readv); large allreduces "
+                   << "go through the segment";
+  }
   return backend;
 }
 

@@ -7,6 +7,13 @@
 // reducescatter, point-to-point for Adasum, creating the communicators of other process sets)
 // goes to the inner backend, which also stays the job's identity (its name, its topology).
 //
+// Large allreduces, where the kernel allows it, read the peers' buffers directly with
+// process_vm_readv (cross-memory attach, as MPI libraries do on one host): each rank reduces its
+// share of the elements from every rank's buffer into its own, and then reads the others' shares,
+// moving each byte once instead of through the segment. Whether peers may read each other's memory
+// (same user, no seccomp or Yama restriction) is probed when the segment is created; without it,
+// and with `single_copy` false, large allreduces go through the segment like everything else.
+//
 // Every operation is a sequence of steps of the form "write into my slot, signal, wait until
 // every rank has signalled, read the others' slots". Each rank owns a 64-bit step counter in its
 // own cache line; signalling is one release store, and waiting spins briefly on the peers'
@@ -30,8 +37,9 @@ namespace horovod {
 // Collective over `inner`: creates the segment (on inner's rank 0, named after `job_key`) and
 // attaches every rank. `pids[r]` is the process id of rank r; every rank must be on this host.
 // Returns nullptr on every rank, with the reason in *why, when any rank failed to attach (no
-// /dev/shm, not enough space): the caller then keeps using `inner`.
+// /dev/shm, not enough space): the caller then keeps using `inner`. *single_copy: whether to try
+// process_vm_readv for large allreduces; on return, whether every rank can use it.
 std::unique_ptr<Backend> MakeSharedMemoryBackend(std::unique_ptr<Backend>& inner, const std::vector<int64_t>& pids,
-                                                 const BackendOptions& options, std::string* why);
+                                                 const BackendOptions& options, bool* single_copy, std::string* why);
 
 }  // namespace horovod

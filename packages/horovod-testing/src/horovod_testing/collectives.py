@@ -91,13 +91,13 @@ class NumpyAdapter:
     def allgather(self, tensor, name, process_set=None):
         h = self.ops.new_handle()
         self.ops.allgather_async(h, [tensor], [f"allgather.{name}"], self._set_id(process_set))
-        return np.from_dlpack(self.ops.wait(h)[0])
+        return np.asarray(self.ops.wait(h)[0])
 
     def grouped_allgather(self, tensors, name, process_set=None):
         h = self.ops.new_handle()
         self.ops.allgather_async(h, tensors, self._group_names("grouped_allgather", name, len(tensors)),
                                  self._set_id(process_set))
-        return [np.from_dlpack(out) for out in self.ops.wait(h)]
+        return [np.asarray(out) for out in self.ops.wait(h)]
 
     def broadcast(self, tensor, root_rank, name, inplace, process_set=None):
         target = tensor if inplace else tensor.copy()
@@ -110,19 +110,19 @@ class NumpyAdapter:
         h = self.ops.new_handle()
         self.ops.alltoall_async(h, tensor, splits, f"alltoall.{name}", self._set_id(process_set))
         output, received_splits = self.ops.wait(h)
-        return np.from_dlpack(output), np.from_dlpack(received_splits)
+        return np.asarray(output), np.asarray(received_splits)
 
     def reducescatter(self, tensor, op, name, process_set=None, prescale=1.0, postscale=1.0):
         h = self.ops.new_handle()
         self.ops.reducescatter_async(h, [tensor], [f"reducescatter.{name}"], op, prescale, postscale,
                                      self._set_id(process_set))
-        return np.from_dlpack(self.ops.wait(h)[0])
+        return np.asarray(self.ops.wait(h)[0])
 
     def grouped_reducescatter(self, tensors, op, name, process_set=None):
         h = self.ops.new_handle()
         self.ops.reducescatter_async(h, tensors, self._group_names("grouped_reducescatter", name, len(tensors)),
                                      op, process_set_id=self._set_id(process_set))
-        return [np.from_dlpack(out) for out in self.ops.wait(h)]
+        return [np.asarray(out) for out in self.ops.wait(h)]
 
     def barrier(self, process_set=None):
         self.ops.barrier(self._set_id(process_set))

@@ -122,8 +122,10 @@ def poll(handle):
 
 def wait(handle):
     """Waits for the operation and returns one entry per tensor: None where the caller provided the
-    output, or an engine-allocated array (a DLPack producer; wrap it with ``torch.from_dlpack`` or
-    ``numpy.from_dlpack``, zero copy). Raises HorovodInternalError when the operation failed."""
+    output, or an engine-allocated array (a DLPack producer that also offers the buffer protocol;
+    wrap it with ``torch.from_dlpack``, or ``numpy.asarray``, zero copy: numpy before 1.25 cannot
+    import bool arrays through ``numpy.from_dlpack``). Raises HorovodInternalError when the
+    operation failed."""
     try:
         return _core.wait(handle)
     finally:

@@ -142,7 +142,8 @@ def get_average_backwards_compatibility_fun(reduce_ops):
 
 
 # Framework packages (and the launcher) this core works with: distribution -> release series.
-SUPPORTED_PACKAGES = {"horovod-torch": "0.28", "horovod-run": "0.28"}
+SUPPORTED_PACKAGES = {"horovod-torch": "0.28", "horovod-tf": "0.28", "horovod-keras": "0.28", "horovod-mxnet": "0.28",
+                      "horovod-run": "0.28"}
 
 
 def check_framework_package(distribution, version):

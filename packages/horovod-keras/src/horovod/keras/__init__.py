@@ -46,7 +46,7 @@ Sum = _framework.Sum
 Adasum = _framework.Adasum
 Compression = _backend.Compression
 
-from horovod.keras import callbacks  # noqa: E402,F401  (hvd.callbacks)
+from horovod.keras import callbacks, elastic  # noqa: E402,F401  (hvd.callbacks, hvd.elastic)
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',

@@ -8,27 +8,12 @@ numpy < 1.24), installed separately.
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
+from horovod.common.util import check_framework_package as _check_framework_package
 
-def _check_core():
-    import horovod
-    from horovod.common import util
-
-    try:
-        mine = _version('horovod-mxnet')
-    except PackageNotFoundError:
-        return  # running from a source tree rather than an installed distribution
-    if 'horovod-mxnet' in util.SUPPORTED_PACKAGES:
-        util.check_framework_package('horovod-mxnet', mine)
-        return
-    # A core that does not list this package yet: require the same release series.
-    series = '.'.join(mine.split('.')[:2])
-    if not horovod.__version__.startswith(series + '.') and horovod.__version__ != series:
-        raise ImportError(f'horovod-mxnet {mine} needs horovod-core {series}.x, found '
-                          f'{horovod.__version__}; install matching versions, e.g. pip install '
-                          f"'horovod-core=={mine}' 'horovod-mxnet=={mine}'.")
-
-
-_check_core()
+try:
+    _check_framework_package('horovod-mxnet', _version('horovod-mxnet'))
+except PackageNotFoundError:
+    pass  # running from a source tree rather than an installed distribution
 
 from horovod.mxnet import mpi_ops  # noqa: E402
 from horovod.mxnet.compression import Compression  # noqa: E402

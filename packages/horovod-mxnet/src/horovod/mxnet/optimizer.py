@@ -24,6 +24,8 @@ def _averaging(gradient_predivide_factor, process_set):
     if gradient_predivide_factor <= 0:
         raise ValueError('gradient_predivide_factor must be positive, got '
                          f'{gradient_predivide_factor!r}.')
+    if gradient_predivide_factor != 1.0 and mpi_ops.rocm_built():
+        raise ValueError('gradient_predivide_factor other than 1.0 is not supported with ROCm.')
     prescale = 1.0 / gradient_predivide_factor
     if mpi_ops.nccl_built() < 21000 or mpi_ops.rocm_built():
         return Sum, prescale, 1.0, gradient_predivide_factor / process_set.size()
@@ -89,13 +91,28 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             optimizer.rescale_grad *= factor
 
     def __getattr__(self, item):
-        return getattr(self.__dict__['_optimizer'], item)
+        # Only reached for names this wrapper lacks; before __init__ has run (copying,
+        # unpickling) there is nothing to forward to.
+        try:
+            wrapped = self.__dict__['_optimizer']
+        except KeyError:
+            raise AttributeError(item) from None
+        return getattr(wrapped, item)
 
     def __setattr__(self, name, value):
         if name.startswith('_'):
             object.__setattr__(self, name, value)
         else:
             setattr(self._optimizer, name, value)
+
+    def __getstate__(self):
+        # The base class's state handling expects its own attributes, which live in the
+        # wrapped optimizer (pickled by its own rules). MXNet's updaters pickle the optimizer
+        # when saving states with dump_optimizer=True.
+        return dict(self.__dict__)
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
 
     def create_state_multi_precision(self, index, weight):
         return self._optimizer.create_state_multi_precision(index, weight)

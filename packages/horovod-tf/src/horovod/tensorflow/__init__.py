@@ -7,7 +7,12 @@ TensorFlow. See docs/tensorflow.md. ``tf.function(jit_compile=True)`` (XLA) is n
 Horovod ops built under it raise ValueError.
 """
 
-import tensorflow as tf
+import pkgutil
+
+# horovod.tensorflow.keras ships in horovod-keras: let it live in another folder (editable installs).
+__path__ = pkgutil.extend_path(__path__, __name__)
+
+import tensorflow as tf  # noqa: E402
 
 from horovod.tensorflow import mpi_ops, util  # noqa: F401 (hvd.mpi_ops, hvd.util)
 from horovod.tensorflow.compression import Compression  # noqa: F401
@@ -37,6 +42,7 @@ from horovod.tensorflow.mpi_ops import (  # noqa: F401
     alltoall,
     broadcast,
     broadcast_,
+    check_num_rank_power_of_2,
     ccl_built,
     cross_rank,
     cross_size,
@@ -86,7 +92,5 @@ if hasattr(tf, 'GradientTape'):
 if hasattr(tf.compat.v1, 'global_variables') and hasattr(tf.compat.v1.train, 'SessionRunHook'):
     from horovod.tensorflow.functions import BroadcastGlobalVariablesHook  # noqa: F401
 
+from horovod.tensorflow import elastic  # noqa: E402,F401 (hvd.elastic; imports the names above)
 
-def check_num_rank_power_of_2(num_rank):
-    """Whether ``num_rank`` is a power of 2 (positive)."""
-    return num_rank > 0 and (num_rank & (num_rank - 1)) == 0

@@ -88,12 +88,30 @@ def _op_title(kind):
             "reducescatter": "HorovodReducescatter"}[kind]
 
 
+def _as_input(a):
+    """What the engine reads: an eager ``tf.Tensor`` itself (read in place through DLPack; the
+    callers never pass string tensors), or a C-contiguous, writable numpy array (DLPack cannot
+    mark a buffer read-only, so the engine refuses read-only arrays)."""
+    if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
+        return a
+    # np.asarray, not np.ascontiguousarray: the latter turns 0-d arrays into 1-d ones.
+    a = np.asarray(a)
+    if a.flags["C_CONTIGUOUS"] and a.flags["WRITEABLE"]:
+        return a
+    return np.array(a, order="C")
+
+
+def _numpy_dtype(a):
+    return a.dtype if isinstance(a, np.ndarray) else np.dtype(a.dtype.as_numpy_dtype)
+
+
 def start(kind, arrays, names, params):
     """Submits one group to the engine and returns its handle (int).
 
     Args:
         kind: 'allreduce', 'allgather', 'broadcast', 'alltoall' or 'reducescatter'.
-        arrays: list of numpy arrays (alltoall: one array, plus ``params['splits']``).
+        arrays: list of numpy arrays or eager CPU ``tf.Tensor`` (alltoall: one, plus
+            ``params['splits']``); never string tensors.
         names: one engine name per array.
         params: dict with ``set_id`` and, per kind, ``op``, ``prescale``, ``postscale``,
             ``root`` or ``splits`` (None or a 1-D int32 array).
@@ -103,21 +121,18 @@ def start(kind, arrays, names, params):
             splits, an unknown process set, this rank not a member).
         HorovodInternalError: Horovod is not initialised or was shut down.
     """
-    # np.asarray, not np.ascontiguousarray: the latter turns 0-d arrays into 1-d ones.
-    arrays = [np.asarray(a) for a in arrays]
-    # The engine takes C-contiguous, writable arrays (DLPack cannot mark a buffer read-only).
-    arrays = [a if a.flags["C_CONTIGUOUS"] and a.flags["WRITEABLE"] else np.array(a, order="C") for a in arrays]
+    arrays = [_as_input(a) for a in arrays]
     handle = _ops.new_handle()
     set_id = params["set_id"]
     outputs = None
     if kind == "allreduce":
-        outputs = [aligned_empty(a.shape, a.dtype) for a in arrays]
+        outputs = [aligned_empty(tuple(a.shape), _numpy_dtype(a)) for a in arrays]
         _ops.allreduce_async(handle, arrays, outputs, names, params["op"], params["prescale"],
                              params["postscale"], set_id)
     elif kind == "allgather":
         _ops.allgather_async(handle, arrays, names, set_id)
     elif kind == "broadcast":
-        outputs = [aligned(a.copy()) for a in arrays]
+        outputs = [aligned(np.array(a)) for a in arrays]
         _ops.broadcast_async(handle, outputs, names, params["root"], set_id)
     elif kind == "alltoall":
         splits = params.get("splits")

@@ -147,13 +147,23 @@ def _check_dtype(tensor, allowed, op_name):
         raise ValueError(f'{op_name} does not support dtype {tensor.dtype.name}; supported dtypes: {names}.')
 
 
+def check_num_rank_power_of_2(num_rank):
+    """Whether ``num_rank`` is a positive power of 2."""
+    return num_rank > 0 and (num_rank & (num_rank - 1)) == 0
+
+
 def _check_reduce_op(op, process_set, op_name):
     if op == Adasum:
-        raise NotImplementedError(f'{op_name} with op=Adasum is not supported by this release of '
-                                  'horovod.tensorflow; use hvd.Average or hvd.Sum.')
+        # Adasum pairs ranks by recursive halving over the global set (core.md §6.10).
+        if process_set.process_set_id != global_process_set.process_set_id:
+            raise NotImplementedError(f'{op_name} with op=Adasum supports only the global process set.')
+        if not check_num_rank_power_of_2(size()):
+            raise NotImplementedError(f'{op_name} with op=Adasum needs a power-of-2 number of ranks; '
+                                      f'non-power-of-2 ranks ({size()}) are unsupported.')
+        return
     if op not in _REDUCE_OPS:
         raise ValueError(f'Unknown reduce op {op!r}; expected one of hvd.Average, hvd.Sum, hvd.Min, '
-                         'hvd.Max, hvd.Product.')
+                         'hvd.Max, hvd.Product, hvd.Adasum.')
 
 
 def _base_name(prefix, title, tensor, name, set_id, ignore_name_scope):
@@ -192,8 +202,8 @@ def _start(kind, tensors, names, params, out_dtypes, out_shapes):
     """Submits ``tensors`` as one group; see ``_engine.start``. ``out_dtypes``/``out_shapes``
     describe what ``_finish`` returns (shapes may have unknown dimensions)."""
     if tf.executing_eagerly():
-        arrays = [t.numpy() for t in tensors]
-        handle = _engine.start(kind, arrays, names, params)
+        # Eager tensors go to the engine as they are: it reads them in place through DLPack.
+        handle = _engine.start(kind, list(tensors), names, params)
         return _Started(kind, handle, tensors, out_dtypes, out_shapes)
     _check_not_xla(_engine._op_title(kind))
 
@@ -225,6 +235,26 @@ def _run(kind, tensors, names, params, out_dtypes, out_shapes):
     return _finish(_start(kind, tensors, names, params, out_dtypes, out_shapes))
 
 
+try:
+    from tensorflow.python.eager.record import could_possibly_record as _could_record
+except ImportError:  # another TF layout: always go through tf.custom_gradient
+    _could_record = None
+
+
+def _differentiable(fn):
+    """``tf.custom_gradient(fn)``, except eagerly while no gradient tape is recording: then no
+    gradient can ever be asked for, and ``fn``'s outputs are returned without custom_gradient's
+    bookkeeping (which costs as much as a small collective)."""
+    wrapped = tf.custom_gradient(fn)
+
+    def call(*args):
+        if _could_record is not None and tf.executing_eagerly() and not _could_record():
+            return fn(*args)[0]
+        return wrapped(*args)
+
+    return call
+
+
 def _prepare(tensors, allowed, op_name):
     if not isinstance(tensors, (list, tuple)) or not tensors:
         raise ValueError(f'{op_name} expects a non-empty list of tensors, got {type(tensors).__name__}.')
@@ -234,7 +264,6 @@ def _prepare(tensors, allowed, op_name):
     return out
 
 
-# -- allreduce ---------------------------------------------------------------------------------
 
 def _allreduce_group(tensors, names_arg, op, prescale_factor, postscale_factor, ignore_name_scope,
                      process_set, grouped):
@@ -244,7 +273,7 @@ def _allreduce_group(tensors, names_arg, op, prescale_factor, postscale_factor, 
     set_id = _process_set_id(process_set)
     prescale_factor, postscale_factor = float(prescale_factor), float(postscale_factor)
 
-    @tf.custom_gradient
+    @_differentiable
     def forward(*xs):
         names = _names(op_name, 'HorovodAllreduce', xs, names_arg, set_id, ignore_name_scope)
         params = {'set_id': set_id, 'op': op, 'prescale': prescale_factor, 'postscale': postscale_factor}
@@ -297,7 +326,6 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
                             process_set, grouped=True)
 
 
-# -- allgather ---------------------------------------------------------------------------------
 
 def _gather_offsets(dim0s, process_set):
     """Where this rank's rows start in each gathered tensor: the sum of each entry of ``dim0s``
@@ -323,7 +351,7 @@ def _allgather_group(tensors, name, ignore_name_scope, process_set, grouped):
             raise ValueError(f'{op_name} needs tensors with at least one dimension, got a scalar.')
     set_id = _process_set_id(process_set)
 
-    @tf.custom_gradient
+    @_differentiable
     def forward(*xs):
         names = _names(op_name, 'HorovodAllgather', xs, name, set_id, ignore_name_scope)
         shapes = [tf.TensorShape([None]).concatenate(x.shape[1:]) for x in xs]
@@ -370,7 +398,6 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
     return _allgather_group(tensors, name, ignore_name_scope, process_set, grouped=True)
 
 
-# -- broadcast ---------------------------------------------------------------------------------
 
 def _check_root(root_rank):
     if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)):
@@ -383,7 +410,7 @@ def _broadcast_group(tensors, root_rank, name, ignore_name_scope, process_set):
     root_rank = _check_root(root_rank)
     set_id = _process_set_id(process_set)
 
-    @tf.custom_gradient
+    @_differentiable
     def forward(*xs):
         names = _names('broadcast', 'HorovodBroadcast', xs, name, set_id, ignore_name_scope)
         outputs = _run('broadcast', xs, names, {'set_id': set_id, 'root': root_rank},
@@ -467,7 +494,6 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     return updated[0] if single else updated
 
 
-# -- alltoall ----------------------------------------------------------------------------------
 
 def _splits_array(splits):
     if splits is None:
@@ -490,7 +516,7 @@ def _alltoall_raw(tensor, splits, name, ignore_name_scope, process_set, set_id):
     out_shape = tf.TensorShape([None]).concatenate(tensor.shape[1:])
     if tf.executing_eagerly():
         params = {'set_id': set_id, 'splits': splits.numpy() if given else None}
-        handle = _engine.start('alltoall', [tensor.numpy()], names, params)
+        handle = _engine.start('alltoall', [tensor], names, params)
         out, received = _engine.finish(handle)
         return tf.convert_to_tensor(out, dtype=tensor.dtype), tf.convert_to_tensor(received, dtype=tf.int32)
     _check_not_xla('HorovodAlltoall')
@@ -537,7 +563,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     set_id = _process_set_id(process_set)
     splits_t = _splits_array(splits)
 
-    @tf.custom_gradient
+    @_differentiable
     def forward(x):
         out, received = _alltoall_raw(x, splits_t, name, ignore_name_scope, process_set, set_id)
 
@@ -554,7 +580,6 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     return output if splits is None else (output, received_splits)
 
 
-# -- reducescatter -----------------------------------------------------------------------------
 
 def _reducescatter_group(tensors, name, op, ignore_name_scope, process_set, prescale_factor, postscale_factor,
                          grouped):
@@ -568,7 +593,7 @@ def _reducescatter_group(tensors, name, op, ignore_name_scope, process_set, pres
     set_id = _process_set_id(process_set)
     prescale_factor, postscale_factor = float(prescale_factor), float(postscale_factor)
 
-    @tf.custom_gradient
+    @_differentiable
     def forward(*xs):
         names = _names(op_name, 'HorovodReducescatter', xs, name, set_id, ignore_name_scope)
         shapes = [tf.TensorShape([None]).concatenate(x.shape[1:]) for x in xs]
@@ -617,8 +642,6 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False, 
                                 postscale_factor, grouped=True)
 
 
-# -- join and run-time queries -----------------------------------------------------------------
-
 @_no_autograph
 def join():
     """Tells the engine this rank has no more data, and waits until every rank has joined.
@@ -629,7 +652,9 @@ def join():
     if tf.executing_eagerly():
         return tf.constant(_engine.join(), dtype=tf.int32)
     _check_not_xla('HorovodJoin')
-    return tf.numpy_function(lambda: np.int32(_engine.join()), [], tf.int32, stateful=True, name='HorovodJoin')
+    out = tf.numpy_function(lambda: np.int32(_engine.join()), [], tf.int32, stateful=True, name='HorovodJoin')
+    out.set_shape([])
+    return out
 
 
 def _runtime_int(fn, name, default_name):

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from horovod.tensorflow.compression import Compression
 from horovod.tensorflow.gradient_aggregation import LocalGradientAggregationHelper
+from horovod.tensorflow.gradient_aggregation_eager import LocalGradientAggregationHelperEager
 from horovod.tensorflow.mpi_ops import (
     Adasum,
     Average,
@@ -98,8 +99,9 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
             indices = [i for i, g in enumerate(grads) if g is not None]
             result = list(grads)
             # Every dense group is submitted before the first is waited on, so that the engine can
-            # fuse and overlap them; IndexedSlices take the allgather path of allreduce.
-            in_flight = []
+            # fuse and overlap them; IndexedSlices then take the allgather path of allreduce while
+            # the dense groups are in flight.
+            in_flight, sparse_work = [], []
             for j, group in enumerate(_split_groups(indices, grads, vars, groups)):
                 if use_generic_names:
                     group_name = f'grad_{group[0]}'
@@ -110,16 +112,17 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
                 sparse = [i for i in group if isinstance(grads[i], tf.IndexedSlices)]
                 dense = [i for i in group if not isinstance(grads[i], tf.IndexedSlices)]
                 if sparse:
-                    reduced = grouped_allreduce([grads[i] for i in sparse], op=op, process_set=process_set,
-                                                name=None if group_name is None else f'{group_name}.sparse',
-                                                ignore_name_scope=use_generic_names)
-                    for i, r in zip(sparse, reduced, strict=True):
-                        result[i] = r
+                    sparse_work.append((sparse, None if group_name is None else f'{group_name}.sparse'))
                 if dense:
                     compressed = [compression.compress(tf.convert_to_tensor(grads[i])) for i in dense]
                     started = _allreduce_start([c for c, _ in compressed], group_name, op, prescale, postscale,
                                                process_set, ignore_name_scope=use_generic_names)
                     in_flight.append((dense, [ctx for _, ctx in compressed], started))
+            for sparse, sparse_name in sparse_work:
+                reduced = grouped_allreduce([grads[i] for i in sparse], op=op, process_set=process_set,
+                                            name=sparse_name, ignore_name_scope=use_generic_names)
+                for i, r in zip(sparse, reduced, strict=True):
+                    result[i] = r
             for dense, contexts, started in in_flight:
                 for i, r, ctx in zip(dense, _finish(started), contexts, strict=True):
                     result[i] = compression.decompress(r, ctx)
@@ -187,7 +190,11 @@ def _create_keras_distributed_optimizer(optimizer, name, device_dense, device_sp
         self._hvd_name = name or 'Distributed' + base.__name__
         self._hvd_local_vars = set()
         self._agg_helper = None
-        if backward_passes_per_step > 1:
+        if backward_passes_per_step > 1 and tf.executing_eagerly():
+            self._agg_helper = LocalGradientAggregationHelperEager(
+                backward_passes_per_step, self._allreduce, sparse_as_dense, average_aggregated_gradients,
+                process_set, scale_local_gradients)
+        elif backward_passes_per_step > 1:
             self._agg_helper = LocalGradientAggregationHelper(
                 backward_passes_per_step, self._allreduce, sparse_as_dense, average_aggregated_gradients,
                 rank(), LocalGradientAggregationHelper._OPTIMIZER_TYPE_KERAS, process_set,
@@ -304,7 +311,10 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
             with tf.control_dependencies([tf.compat.v1.assign_add(global_step, 1)]):
                 return tf.constant(False)
 
-        return tf.cond(tf.equal(self._agg_helper.counter.read_value(), 0), apply, skip).op
+        # In a TF1 graph nothing orders the counter's read after compute_gradients' update but
+        # the data: read it after the gradients exist.
+        with tf.control_dependencies([g for g, _ in grads_and_vars if g is not None]):
+            return tf.cond(tf.equal(self._agg_helper.counter.read_value(), 0), apply, skip).op
 
     def get_slot(self, *args, **kwargs):
         return self._optimizer.get_slot(*args, **kwargs)

@@ -63,7 +63,9 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='', compressi
         average: deprecated; True means ``op=Average``, False ``op=Sum``.
         device_dense, device_sparse: accepted for compatibility; every op runs on the CPU.
         compression: ``Compression.none`` or ``Compression.fp16`` (dense tensors only).
-        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max``, ``Product`` or ``Adasum`` (float
+            tensors, the global set, a power-of-2 number of ranks; Maleki et al., "Scaling
+            Distributed Training with Adaptive Summation", MLSys 2021).
         prescale_factor, postscale_factor: factors applied before and after the reduction.
         name, ignore_name_scope: the engine name (see ``horovod.tensorflow.mpi_ops``).
         process_set: the ``ProcessSet`` to reduce over.
@@ -76,7 +78,8 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='', compressi
     Raises:
         ValueError: ``op`` and ``average`` both given, unknown op, bad dtype, unregistered set.
         NotImplementedError: IndexedSlices with Adasum, an op other than Average/Sum, or scale
-            factors other than 1; Adasum on dense tensors (not in this release).
+            factors other than 1; Adasum on a process set other than the global one, or on a
+            number of ranks that is not a power of 2.
         tf.errors.FailedPreconditionError: ranks disagree on shape, dtype or op.
     """
     op = handle_average_backwards_compatibility(op, average)

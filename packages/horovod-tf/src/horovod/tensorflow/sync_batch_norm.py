@@ -19,7 +19,8 @@ class SyncBatchNormalization(_BatchNormalization):
 
     Args:
         fused: must be False (the fused kernel computes moments internally, out of reach).
-        **kwargs: as for ``BatchNormalization``; ``name`` defaults to 'sync_batch_normalization'.
+        **kwargs: as for ``BatchNormalization``. Without ``name``, Keras names the layer after its
+            class: 'sync_batch_normalization', then 'sync_batch_normalization_1', ...
 
     Raises:
         ValueError: ``fused`` is True or None.
@@ -28,7 +29,6 @@ class SyncBatchNormalization(_BatchNormalization):
     def __init__(self, fused=False, **kwargs):
         if fused in (True, None):
             raise ValueError('SyncBatchNormalization does not support fused=True or fused=None; pass fused=False.')
-        kwargs.setdefault('name', 'sync_batch_normalization')
         super().__init__(**kwargs)
 
     @_no_autograph

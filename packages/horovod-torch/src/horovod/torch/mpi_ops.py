@@ -100,7 +100,7 @@ handle_average_backwards_compatibility = _get_average_backwards_compatibility_fu
 def _check_tensor(tensor, allowed_dtypes, op_name):
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f'{op_name} expects a torch.Tensor, got {type(tensor).__name__}.')
-    if tensor.device.type != 'cpu':
+    if not tensor.is_cpu:
         raise ValueError(f'{op_name} got a tensor on device {tensor.device}: this release of '
                          'horovod.torch handles CPU tensors only; GPU tensors need a build with '
                          'NCCL, which comes in a later release. Move the tensor with .cpu().')
@@ -178,11 +178,13 @@ _to_dlpack_versioned = getattr(torch._C, '_to_dlpack_versioned', None)
 
 
 def _export(tensor):
-    """A detached ``tensor``, or its DLPack capsule, for the core to import without a copy."""
-    detached = tensor.detach()
-    if _to_dlpack_versioned is None or detached.is_conj() or detached.is_neg():
-        return detached
-    return _to_dlpack_versioned(detached)
+    """``tensor`` (checked by _check_tensor: no complex dtype, so no conjugate or negative bit)
+    without autograd, as a DLPack capsule for the core to import without a copy."""
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    if _to_dlpack_versioned is None:
+        return tensor
+    return _to_dlpack_versioned(tensor)
 
 
 def _submit_allreduce(prefix, inputs, outputs, average, name, op, prescale_factor,

@@ -31,6 +31,7 @@ from horovod.keras import (  # noqa: E402,F401  (re-exported)
     cross_size,
     cuda_built,
     ddl_built,
+    elastic,
     global_process_set,
     gloo_built,
     gloo_enabled,

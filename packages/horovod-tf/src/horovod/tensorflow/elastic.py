@@ -1,0 +1,120 @@
+"""Elastic training for TensorFlow: state objects and the ``run`` decorator.
+
+``@hvd.elastic.run`` wraps ``train(state, ...)``: the state is synchronised from rank 0 before
+each attempt, rolled back to its last ``commit()`` after a ``HorovodInternalError``, and Horovod
+is re-initialised between attempts (spec tensorflow_keras.md §1.9). Variables are snapshotted as
+numpy copies in every mode.
+"""
+
+import functools
+
+import tensorflow as tf
+
+from horovod.common.elastic import ObjectState, run_fn
+from horovod.common.exceptions import HorovodInternalError
+from horovod.tensorflow.functions import broadcast_object, broadcast_variables
+from horovod.tensorflow.mpi_ops import init, rank, shutdown
+
+__all__ = ['TensorFlowKerasState', 'TensorFlowState', 'run']
+
+# Ops whose failure inside a graph TF reports as UnknownError naming them.
+_HOROVOD_OPS = ('HorovodAllreduce', 'HorovodAllgather', 'HorovodBroadcast', 'HorovodAlltoall',
+                'HorovodReducescatter', 'HorovodJoin')
+
+
+def run(func):
+    """Decorator making ``func(state, *args, **kwargs)`` survive failed collectives and host
+    changes (see ``horovod.common.elastic.run_fn``). A ``tf.errors.UnknownError`` whose message
+    names a Horovod op (a collective that failed inside a graph) counts as a
+    ``HorovodInternalError``; any other error propagates unchanged."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        try:
+            return func(state, *args, **kwargs)
+        except tf.errors.UnknownError as e:
+            if any(op in str(e) for op in _HOROVOD_OPS):
+                raise HorovodInternalError(str(e)) from e
+            raise
+
+    return run_fn(wrapper, _reset)
+
+
+def _reset():
+    shutdown()
+    init()
+
+
+def _snapshot(variables):
+    return [tf.convert_to_tensor(v).numpy().copy() for v in variables]
+
+
+class TensorFlowKerasState(ObjectState):
+    """Elastic state of a Keras model and its optimizer, plus picklable attributes (``kwargs``).
+
+    Args:
+        model: a built Keras model.
+        optimizer: its optimizer (default ``model.optimizer``).
+        backend: accepted for compatibility; unused.
+        **kwargs: attributes kept in the state (epoch, batch, ...).
+
+    Raises:
+        ValueError: the model is not built yet (build it, or call it on a batch, first).
+    """
+
+    def __init__(self, model, optimizer=None, backend=None, **kwargs):
+        if not getattr(model, 'built', False):
+            raise ValueError('TensorFlowKerasState needs a built model: build the model first '
+                             '(model.build(input_shape) or call it on a batch).')
+        self.model = model
+        self.optimizer = optimizer if optimizer is not None else getattr(model, 'optimizer', None)
+        self.backend = backend
+        self._saved_variables = _snapshot(self._variables())
+        super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
+
+    def _variables(self):
+        variables = list(self.model.variables)
+        if self.optimizer is not None:
+            variables += list(self.optimizer.variables)
+        return variables
+
+    def save(self):
+        self._saved_variables = _snapshot(self._variables())
+        super().save()
+
+    def restore(self):
+        variables = self._variables()
+        for variable, value in zip(variables, self._saved_variables, strict=False):
+            variable.assign(value)
+        super().restore()
+
+    def sync(self):
+        broadcast_variables(self._variables(), root_rank=0)
+        self._saved_variables = _snapshot(self._variables())
+        super().sync()
+
+
+class TensorFlowState(ObjectState):
+    """Elastic state of a list of ``tf.Variable`` (default: the TF1 global variables), plus
+    picklable attributes (``kwargs``). ``session`` is accepted for compatibility and unused."""
+
+    def __init__(self, variables=None, session=None, **kwargs):
+        self.variables = list(variables) if variables is not None else tf.compat.v1.global_variables()
+        self.session = session
+        self._saved_variables = _snapshot(self.variables)
+        super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
+
+    def save(self):
+        self._saved_variables = _snapshot(self.variables)
+        super().save()
+
+    def restore(self):
+        for variable, value in zip(self.variables, self._saved_variables, strict=True):
+            variable.assign(value)
+        super().restore()
+
+    def sync(self):
+        if self.variables:
+            broadcast_variables(self.variables, root_rank=0)
+        self._saved_variables = _snapshot(self.variables)
+        super().sync()
