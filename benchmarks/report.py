@@ -5,13 +5,12 @@ busbw = algbw * 2 (n - 1) / n, as each rank sends 2 (n - 1) / n bytes per byte o
 """
 
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
 import statistics
 import time
-
-import torch
 
 import horovod
 
@@ -70,13 +69,21 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def machine(ranks: int) -> dict:
     return {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "os": platform.platform(),
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        # Read from the package metadata, so that benchmarks without torch can describe the machine too.
+        "torch": _version("torch"),
         "horovod": horovod.__version__,
         "np": ranks,
         # Other processes competing for the cores slow both libraries: the 1-minute load average

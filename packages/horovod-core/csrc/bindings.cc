@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 
+#include "engine/autotune/bayesian_optimization.h"
 #include "engine/backend.h"
 #include "engine/config.h"
 #include "engine/engine.h"
@@ -617,6 +618,40 @@ NB_MODULE(_core, m) {
   }, "Negotiation counters of the global process set (cycles, coordinator_rounds, cache_hits, negotiation_us), "
      "whether its collectives go through shared memory (shared_memory) and its large allreduces read the peers' "
      "buffers directly (shared_memory_single_copy).");
+  m.def("tuned_parameters", [] {
+    TunedParameters p = RequireEngineForQuery()->CurrentParameters();
+    nb::dict d;
+    d["fusion_threshold_bytes"] = p.fusion_threshold_bytes;
+    d["cycle_time_ms"] = p.cycle_time_ms;
+    d["cache_enabled"] = p.cache_enabled;
+    d["hierarchical_allreduce"] = p.hierarchical_allreduce;
+    d["hierarchical_allgather"] = p.hierarchical_allgather;
+    d["torus_allreduce"] = p.torus_allreduce;
+    d["tuning"] = p.tuning;
+    return d;
+  }, "The parameters in force (read-only; HOROVOD_AUTOTUNE changes them): fusion_threshold_bytes, cycle_time_ms, "
+     "cache_enabled, hierarchical_allreduce, hierarchical_allgather, torus_allreduce, and tuning (whether the "
+     "autotuner is still searching).");
+  // The autotuner's optimiser on its own, so that tests can check it against known functions.
+  nb::class_<BayesianOptimization>(m, "BayesianOptimization")
+      .def("__init__", [](BayesianOptimization* self, std::vector<std::pair<double, double>> bounds, double noise,
+                          double xi, uint64_t seed) {
+        try {
+          new (self) BayesianOptimization(std::move(bounds), noise, xi, seed);
+        } catch (const std::invalid_argument& e) {
+          throw nb::value_error(e.what());
+        }
+      }, nb::arg("bounds"), nb::arg("noise"), nb::arg("xi") = 0.01, nb::arg("seed") = 1)
+      .def("add_sample", [](BayesianOptimization& self, const std::vector<double>& x, double score) {
+        try {
+          self.AddSample(x, score);
+        } catch (const std::invalid_argument& e) {
+          throw nb::value_error(e.what());
+        }
+      }, nb::arg("x"), nb::arg("score"))
+      .def("next_sample", &BayesianOptimization::NextSample)
+      .def("expected_improvement", &BayesianOptimization::ExpectedImprovement, nb::arg("x"))
+      .def_prop_ro("num_samples", &BayesianOptimization::num_samples);
   m.def("poll", [](int64_t handle) { return RequireHandle(handle)->done(); });
   m.def("wait", &Wait, nb::arg("handle"));
 }

@@ -105,7 +105,7 @@ const std::vector<Knob>& Knobs() {
        DOUBLE_KNOB("HOROVOD_STALL_CHECK_TIME_SECONDS", stall_check_time_seconds, 0.0)},
       {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0", "shut down after a stall this long, seconds (0: never)",
        DOUBLE_KNOB("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", stall_shutdown_time_seconds, 0.0)},
-      {"HOROVOD_AUTOTUNE", "0", "tune fusion threshold and cycle time", BOOL_KNOB("HOROVOD_AUTOTUNE", autotune)},
+      {"HOROVOD_AUTOTUNE", "0", "tune fusion threshold, cycle time and response cache (rank 0 decides)", BOOL_KNOB("HOROVOD_AUTOTUNE", autotune)},
       {"HOROVOD_AUTOTUNE_LOG", "", "CSV log of autotune samples (rank 0)", STRING_KNOB(autotune_log)},
       {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "3", "autotune samples discarded at the start",
        INT_KNOB("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", autotune_warmup_samples, 0)},
@@ -113,8 +113,13 @@ const std::vector<Knob>& Knobs() {
        INT_KNOB("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", autotune_steps_per_sample, 0)},
       {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "20", "Bayesian optimisation samples",
        INT_KNOB("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", autotune_bayes_opt_max_samples, 0)},
-      {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.8", "noise of the Gaussian-process regression",
-       DOUBLE_KNOB("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", autotune_gaussian_process_noise, 0.0)},
+      {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.8", "noise of the Gaussian-process regression, in [0, 1]",
+       [](Config& c, const std::string& v) {
+         c.autotune_gaussian_process_noise = ToDouble("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", v, 0.0);
+         if (c.autotune_gaussian_process_noise > 1.0) {
+           Invalid("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", v, "a number in [0, 1]");
+         }
+       }},
       {"HOROVOD_LOG_LEVEL", "warning", "trace, debug, info, warning, error or fatal",
        [](Config& c, const std::string& v) { c.log_level = ToLogLevel(v); }},
       {"HOROVOD_LOG_HIDE_TIME", "0", "drop the timestamp from log lines",
@@ -174,6 +179,12 @@ Config ParseConfig(const std::map<std::string, std::string>& env) {
     if (it == env.end()) continue;
     knob.apply(config, it->second);
   }
+  config.cycle_time_fixed = env.count("HOROVOD_CYCLE_TIME") > 0;
+  config.fusion_threshold_fixed = env.count("HOROVOD_FUSION_THRESHOLD") > 0;
+  config.cache_capacity_fixed = env.count("HOROVOD_CACHE_CAPACITY") > 0;
+  config.hierarchical_allreduce_fixed = env.count("HOROVOD_HIERARCHICAL_ALLREDUCE") > 0;
+  config.hierarchical_allgather_fixed = env.count("HOROVOD_HIERARCHICAL_ALLGATHER") > 0;
+  config.torus_allreduce_fixed = env.count("HOROVOD_TORUS_ALLREDUCE") > 0;
   for (const char* name : kMpiLauncherVariables) config.launched_by_mpi = config.launched_by_mpi || env.count(name);
   if (config.rank >= config.size) {
     throw EngineError(Status::InvalidArgument("HOROVOD_RANK=" + std::to_string(config.rank) +

@@ -41,6 +41,13 @@ struct Config {
   int64_t autotune_steps_per_sample = 10;
   int64_t autotune_bayes_opt_max_samples = 20;
   double autotune_gaussian_process_noise = 0.8;
+  // Which tunable variables the user set explicitly: autotune leaves those alone (spec core.md §12).
+  bool cycle_time_fixed = false;
+  bool fusion_threshold_fixed = false;
+  bool cache_capacity_fixed = false;
+  bool hierarchical_allreduce_fixed = false;
+  bool hierarchical_allgather_fixed = false;
+  bool torus_allreduce_fixed = false;
 
   LogLevel log_level = LogLevel::WARNING;
   bool log_hide_time = false;

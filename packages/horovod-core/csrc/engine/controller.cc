@@ -149,12 +149,20 @@ Controller::Controller(Backend& backend, std::vector<int> global_ranks, const Co
       config_(config),
       timeline_(timeline),
       cache_(static_cast<size_t>(std::max<int64_t>(config.cache_capacity, 0))),
+      fusion_threshold_bytes_(config.fusion_threshold_bytes),
       stall_inspector_(config, global_ranks_) {}
+
+void Controller::ApplyParameters(int64_t fusion_threshold_bytes, size_t cache_capacity) {
+  fusion_threshold_bytes_ = fusion_threshold_bytes;
+  // Held hits go to the coordinator next cycle when the cache is off; sent_ keeps waiting for
+  // its responses either way.
+  if (cache_capacity != cache_.capacity()) cache_ = ResponseCache(cache_capacity);
+}
 
 Response Controller::BuildResponse(const std::string& name, std::vector<Request> requests) {
   Response response;
   response.names.push_back(name);
-  std::string mismatch = FindMismatch(requests, !joined_ranks_.empty(), config_.fusion_threshold_bytes);
+  std::string mismatch = FindMismatch(requests, !joined_ranks_.empty(), fusion_threshold_bytes_);
   if (!mismatch.empty()) {
     response.type = ResponseType::ERROR;
     response.error_message = mismatch;
@@ -260,7 +268,10 @@ ResponseList Controller::Negotiate(const RequestList& mine) {
   ++stats_.coordinator_rounds;
   if (backend_.size() == 1) {
     std::vector<RequestList> lists{mine};
-    return Coordinate(lists);
+    ResponseList list = Coordinate(lists);
+    list.parameters = std::move(outgoing_parameters_);
+    outgoing_parameters_.reset();
+    return list;
   }
   const int root = 0;
   std::vector<std::vector<char>> gathered = backend_.Gatherv(Serialize(mine), root);
@@ -273,6 +284,8 @@ ResponseList Controller::Negotiate(const RequestList& mine) {
   lists.reserve(gathered.size());
   for (const auto& bytes : gathered) lists.push_back(DeserializeRequestList(bytes));
   ResponseList list = Coordinate(lists);
+  list.parameters = std::move(outgoing_parameters_);
+  outgoing_parameters_.reset();
   reply = Serialize(list);
   backend_.Broadcast(reply, root);
   return list;
@@ -340,8 +353,10 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     const size_t num_bits = cache_.num_bits();
     const size_t words = (num_bits + 63) / 64;
     std::vector<uint64_t> vec(1 + 2 * words, 0);
-    constexpr uint64_t kNoShutdown = 1, kNothingUncached = 2;
-    vec[0] = (shutdown ? 0 : kNoShutdown) | (uncached.empty() ? kNothingUncached : 0);
+    constexpr uint64_t kNoShutdown = 1, kNothingUncached = 2, kNoParameters = 4;
+    constexpr uint64_t kQuiet = kNoShutdown | kNothingUncached | kNoParameters;
+    vec[0] = (shutdown ? 0 : kNoShutdown) | (uncached.empty() ? kNothingUncached : 0) |
+             (outgoing_parameters_ ? 0 : kNoParameters);
     auto set_bit = [&](size_t section, uint32_t bit) { vec[1 + section * words + bit / 64] |= uint64_t{1} << (bit % 64); };
     auto get_bit = [&](size_t section, uint32_t bit) {
       return (vec[1 + section * words + bit / 64] >> (bit % 64)) & 1;
@@ -360,7 +375,7 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     std::fill(vec.begin() + 1 + words, vec.end(), ~uint64_t{0});
     for (uint32_t bit : local_invalid) vec[1 + words + bit / 64] &= ~(uint64_t{1} << (bit % 64));
     if (backend_.size() > 1) backend_.AllreduceBitsAnd(vec);
-    need_round = (vec[0] & (kNoShutdown | kNothingUncached)) != (kNoShutdown | kNothingUncached);
+    need_round = (vec[0] & kQuiet) != kQuiet;
 
     // Every rank applies the same cache operations in the same order.
     std::set<uint32_t> invalid;
@@ -406,14 +421,14 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     any_joined_ = list.any_joined;
     for (const Response& response : list.responses) {
       if (response.type == ResponseType::JOIN) join_completed_ = true;
-      if (!use_cache || response.names.size() != 1) continue;
+      if (response.names.size() != 1) continue;
       std::optional<Request> own;
       auto it = sent_.find(response.names[0]);
       if (it != sent_.end()) {
         own = std::move(it->second);
         sent_.erase(it);
       }
-      if (response.type != ResponseType::ERROR &&
+      if (use_cache && response.type != ResponseType::ERROR &&
           ResponseCache::Cacheable(static_cast<RequestType>(response.type))) {
         cache_.Put(response, own);
       }
@@ -425,8 +440,7 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     for (Response& r : list.responses) cached_responses.push_back(std::move(r));
     list.responses = std::move(cached_responses);
   }
-  list.responses = FuseResponses(std::move(list.responses), config_.fusion_threshold_bytes,
-                                 config_.disable_group_fusion);
+  list.responses = FuseResponses(std::move(list.responses), fusion_threshold_bytes_, config_.disable_group_fusion);
   stats_.negotiation_us += MicrosSince(start);
   return list;
 }

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -48,6 +49,15 @@ class Controller {
   // since the last call. Returns the ordered, fused responses to execute and the shutdown verdict.
   ResponseList ComputeResponseList(std::vector<Request> requests, bool shutdown, const std::string& shutdown_reason);
 
+  // Autotune hooks (spec core.md §12); see autotune/parameter_manager.h.
+  // Coordinator of the global set only: send `parameters` to every rank with the next response
+  // list (a cache-only cycle then takes the coordinator round).
+  void PublishParameters(const TunedParameters& parameters) { outgoing_parameters_ = parameters; }
+  // Every rank, at the same point of the cycle: fuse up to `fusion_threshold_bytes` from the next
+  // cycle on, and resize the response cache (`cache_capacity` 0 turns it off). A changed capacity
+  // empties the cache, which keeps it identical on every rank.
+  void ApplyParameters(int64_t fusion_threshold_bytes, size_t cache_capacity);
+
   // Whether this rank has joined and the list containing the JOIN response has not been executed.
   bool joined() const { return local_joined_; }
   const NegotiationStats& stats() const { return stats_; }
@@ -68,6 +78,8 @@ class Controller {
   const Config& config_;
   Timeline* timeline_;
   ResponseCache cache_;
+  int64_t fusion_threshold_bytes_;
+  std::optional<TunedParameters> outgoing_parameters_;
   StallInspector stall_inspector_;
   NegotiationStats stats_;
 

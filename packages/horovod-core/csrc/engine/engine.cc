@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -112,6 +113,18 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
     layout.rank = global.rank();
     layout.size = global.size();
   }
+  TunedParameters& initial = engine->parameters_;
+  initial.fusion_threshold_bytes = config.fusion_threshold_bytes;
+  initial.cycle_time_ms = config.cycle_time_ms;
+  initial.cache_enabled = config.cache_capacity > 0;
+  initial.hierarchical_allreduce = config.hierarchical_allreduce;
+  initial.hierarchical_allgather = config.hierarchical_allgather;
+  initial.torus_allreduce = config.torus_allreduce;
+  initial.tuning = config.autotune;
+  engine->cycle_time_us_ = std::llround(config.cycle_time_ms * 1000);
+  if (config.autotune && global.rank() == 0) {
+    engine->parameter_manager_ = std::make_unique<ParameterManager>(engine->config_, initial);
+  }
 
   // Topology facts and the static process sets, agreed by every rank.
   std::ostringstream me;
@@ -208,6 +221,8 @@ void Engine::CreateProcessSet(int32_t id, const std::vector<int>& ranks) {
   if (set->backend) {
     Timeline* timeline = config_.rank == 0 ? &timeline_ : nullptr;
     set->controller = std::make_unique<Controller>(*set->backend, ranks, config_, timeline);
+    TunedParameters parameters = CurrentParameters();
+    set->controller->ApplyParameters(parameters.fusion_threshold_bytes, CacheCapacity(parameters));
   }
   std::lock_guard<std::mutex> lock(sets_mu_);
   sets_[id] = std::move(set);
@@ -272,6 +287,32 @@ bool Engine::mpi_threads_supported() {
 NegotiationStats Engine::GlobalStats() {
   std::lock_guard<std::mutex> lock(stats_mu_);
   return global_stats_;
+}
+
+TunedParameters Engine::CurrentParameters() {
+  std::lock_guard<std::mutex> lock(parameters_mu_);
+  return parameters_;
+}
+
+size_t Engine::CacheCapacity(const TunedParameters& parameters) const {
+  return parameters.cache_enabled ? static_cast<size_t>(std::max<int64_t>(config_.cache_capacity, 0)) : 0;
+}
+
+void Engine::ApplyParameters(const TunedParameters& parameters) {
+  {
+    std::lock_guard<std::mutex> lock(parameters_mu_);
+    parameters_ = parameters;
+  }
+  cycle_time_us_ = std::llround(parameters.cycle_time_ms * 1000);
+  std::vector<std::shared_ptr<ProcessSet>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& [id, set] : sets_) {
+      if (set->controller) sets.push_back(set);
+    }
+  }
+  for (auto& set : sets) set->controller->ApplyParameters(parameters.fusion_threshold_bytes, CacheCapacity(parameters));
+  if (parameter_manager_) parameter_manager_->Applied(std::chrono::steady_clock::now());
 }
 
 void Engine::Enqueue(int32_t process_set_id, int64_t handle, std::vector<Request> requests,
@@ -398,10 +439,11 @@ std::string Engine::DescribeLostRanks() {
 
 void Engine::BackgroundLoop() {
   Status status;
-  const auto cycle = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
   bool again = false;
   try {
     while (true) {
+      // Read every cycle: autotune changes it (ApplyParameters).
+      const auto cycle = std::chrono::microseconds(cycle_time_us_.load());
       {
         std::unique_lock<std::mutex> lock(wake_mu_);
         if (!again) wake_cv_.wait_for(lock, cycle, [this] { return wake_; });
@@ -467,7 +509,14 @@ bool Engine::RunCycle() {
     exit_reason_ = list.shutdown_reason;
     return false;
   }
+  // Autotune: parameters published by rank 0 take effect here on every rank; rank 0's tuner
+  // scores the cycle and may publish the next ones (sent with the next negotiation).
+  if (list.parameters) ApplyParameters(*list.parameters);
   PerformAll(*global, list);
+  if (parameter_manager_) {
+    auto next = parameter_manager_->Update(list.responses, std::chrono::steady_clock::now());
+    if (next) global->controller->PublishParameters(*next);
+  }
 
   std::vector<std::shared_ptr<ProcessSet>> others;
   {

@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "autotune/parameter_manager.h"
 #include "backend.h"
 #include "config.h"
 #include "controller.h"
@@ -94,6 +95,9 @@ class Engine {
 
   // Negotiation counters of the global set.
   NegotiationStats GlobalStats();
+  // The parameters in force (autotune may change them; the same on every rank from the cycle
+  // they were broadcast in).
+  TunedParameters CurrentParameters();
   // Whether the global set's collectives go through shared memory (csrc/engine/shared_memory.h).
   bool shared_memory() const { return shared_memory_; }
   bool shared_memory_single_copy() const { return shared_memory_single_copy_; }
@@ -121,6 +125,9 @@ class Engine {
                        std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs);
   void PerformReducescatter(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
                             std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs);
+  // Autotune: puts `parameters` in force on this rank (every controller, the cycle time).
+  void ApplyParameters(const TunedParameters& parameters);
+  size_t CacheCapacity(const TunedParameters& parameters) const;
   int64_t PerformAddProcessSet(const Response& response);
   int64_t PerformRemoveProcessSet(const Response& response);
   // Which ranks' processes are gone (same-host ranks are checked by pid), for the error message.
@@ -161,6 +168,12 @@ class Engine {
   std::string exit_reason_;      // the verdict every pending operation fails with
   NegotiationStats global_stats_;
   std::mutex stats_mu_;
+  // Autotune (spec core.md §12): the tuner (global rank 0 with HOROVOD_AUTOTUNE only) and the
+  // parameters in force.
+  std::unique_ptr<ParameterManager> parameter_manager_;
+  std::mutex parameters_mu_;
+  TunedParameters parameters_;
+  std::atomic<int64_t> cycle_time_us_{1000};
   std::thread thread_;
 };
 

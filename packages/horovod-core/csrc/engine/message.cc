@@ -151,6 +151,17 @@ std::vector<char> Serialize(const ResponseList& list) {
   }
   w.Put(list.shutdown_reason);
   w.Put<uint8_t>(list.any_joined);
+  w.Put<uint8_t>(list.parameters.has_value());
+  if (list.parameters) {
+    const TunedParameters& p = *list.parameters;
+    w.Put(p.fusion_threshold_bytes);
+    w.Put(p.cycle_time_ms);
+    w.Put<uint8_t>(p.cache_enabled);
+    w.Put<uint8_t>(p.hierarchical_allreduce);
+    w.Put<uint8_t>(p.hierarchical_allgather);
+    w.Put<uint8_t>(p.torus_allreduce);
+    w.Put<uint8_t>(p.tuning);
+  }
   return w.Take();
 }
 
@@ -175,6 +186,17 @@ ResponseList DeserializeResponseList(const std::vector<char>& bytes) {
   }
   list.shutdown_reason = r.GetString();
   list.any_joined = r.Get<uint8_t>() != 0;
+  if (r.Get<uint8_t>() != 0) {
+    TunedParameters p;
+    p.fusion_threshold_bytes = r.Get<int64_t>();
+    p.cycle_time_ms = r.Get<double>();
+    p.cache_enabled = r.Get<uint8_t>() != 0;
+    p.hierarchical_allreduce = r.Get<uint8_t>() != 0;
+    p.hierarchical_allgather = r.Get<uint8_t>() != 0;
+    p.torus_allreduce = r.Get<uint8_t>() != 0;
+    p.tuning = r.Get<uint8_t>() != 0;
+    list.parameters = p;
+  }
   return list;
 }
 

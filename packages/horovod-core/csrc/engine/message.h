@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "autotune/tuned_parameters.h"
 #include "common.h"
 
 namespace horovod {
@@ -71,6 +73,9 @@ struct ResponseList {
   // Whether some rank of the set has joined and not every rank has yet (known to every rank
   // after each negotiation round; joins change only in rounds).
   bool any_joined = false;
+  // Autotune: new parameters published by global rank 0, applied by every rank of the global set
+  // once this list is negotiated.
+  std::optional<TunedParameters> parameters;
 };
 
 std::vector<char> Serialize(const RequestList& list);
