@@ -1,6 +1,7 @@
 #include "shared_memory.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -37,7 +38,8 @@ constexpr int64_t kSlotBytes = 1 << 20;
 constexpr int64_t kWholeReduceBytes = 64 << 10;
 // Pieces of the single-copy allreduce read from a peer at a time (kept in cache while reduced).
 constexpr int64_t kCopyChunkBytes = 256 << 10;
-// How long a waiting rank spins on a peer's counter before sleeping on the futex.
+// How long a waiting rank polls a peer's counter (yielding the core between polls) before sleeping
+// on the futex.
 constexpr auto kSpin = std::chrono::microseconds(20);
 // How often a sleeping rank checks that its peer process still exists.
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(200);
@@ -368,10 +370,11 @@ class SharedMemoryBackend : public Backend {
     if (spin_) {
       for (int i = 0;; ++i) {
         if (Reached(theirs.step.load(std::memory_order_acquire), target)) return Check(r, target);
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-        if ((i & 63) == 63 && std::chrono::steady_clock::now() - start > kSpin) break;
+        // Yield rather than pause: a peer (or this rank's own other thread) sharing the core then
+        // runs at once. Measured at np=2 on 2 cores: 4 KiB allreduce 28-44 us over six runs with
+        // sched_yield, 40-113 us with the pause instruction.
+        sched_yield();
+        if ((i & 7) == 7 && std::chrono::steady_clock::now() - start > kSpin) break;
       }
     } else {
       std::this_thread::yield();
