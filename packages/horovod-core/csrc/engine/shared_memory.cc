@@ -188,8 +188,7 @@ class SharedMemoryBackend : public Backend {
       }
       // Rank r reduces elements [Bound(r), Bound(r + 1)) of the piece into its own slot, where
       // no other rank reads them during this step; a second step publishes the results.
-      auto bound = [&](int r) { return Bound(r, n, element); };
-      const int64_t lo = bound(rank_), hi = bound(rank_ + 1);
+      const int64_t lo = Bound(rank_, n, element), hi = Bound(rank_ + 1, n, element);
       char* own = PreviousSlot(rank_) + lo * element;
       if (hi > lo) {
         // Ranks 0 and 1 fold in their own slot; a later rank's slot is still an operand then, so
@@ -199,11 +198,10 @@ class SharedMemoryBackend : public Backend {
         for (int r = 2; r < size_; ++r) Reduce(fold, fold, PreviousSlot(r) + lo * element, hi - lo, dtype, op);
         if (fold != own) std::memcpy(own, fold, static_cast<size_t>((hi - lo) * element));
       }
-      // Publishing reads the previous half: this barrier step writes nothing to the current one.
-      Barrier2();
+      Synchronize();
       for (int r = 0; r < size_; ++r) {
-        const int64_t a = bound(r), b = bound(r + 1);
-        if (b > a) std::memcpy(piece + a * element, HalfSlot(half_ ^ 1, r) + a * element, static_cast<size_t>((b - a) * element));
+        const int64_t a = Bound(r, n, element), b = Bound(r + 1, n, element);
+        if (b > a) std::memcpy(piece + a * element, PreviousSlot(r) + a * element, static_cast<size_t>((b - a) * element));
       }
     }
   }
@@ -340,16 +338,14 @@ class SharedMemoryBackend : public Backend {
   // A rank writes a half again only two steps later, after every rank has signalled the step in
   // between, which each signals only after reading what it needed from this one.
   void Step() {
-    Signal();
-    for (int r = 0; r < size_; ++r) {
-      if (r != rank_) WaitFor(r, step_);
-    }
+    Synchronize();
     half_ ^= 1;
   }
 
-  // A step inside an allreduce piece whose data already lies in the previous half: the halves
-  // must not switch, so the publishing reads see the same half. Safe: this step writes nothing.
-  void Barrier2() {
+  // Signals a step and waits for every rank's, without switching halves: inside an allreduce
+  // piece, between folding into the previous half and reading the results from it. Safe because
+  // such a step writes nothing into the current half.
+  void Synchronize() {
     Signal();
     for (int r = 0; r < size_; ++r) {
       if (r != rank_) WaitFor(r, step_);
