@@ -10,7 +10,9 @@
 // Large allreduces, where the kernel allows it, read the peers' buffers directly with
 // process_vm_readv (cross-memory attach, as MPI libraries do on one host): each rank reduces its
 // share of the elements from every rank's buffer into its own, and then reads the others' shares,
-// moving each byte once instead of through the segment. Whether peers may read each other's memory
+// moving each byte once instead of through the segment. A fused group of tensors takes the same
+// path (AllreducePieces): the peers read each tensor where it lies, so the engine's fusion buffer
+// and its copies in and out are not needed. Whether peers may read each other's memory
 // (same user, no seccomp or Yama restriction) is probed when the segment is created; without it,
 // and with `single_copy` false, large allreduces go through the segment like everything else.
 //
