@@ -44,8 +44,9 @@ def _ranks_of_comm(comm, parent_handle):
 
 
 class HorovodBasics:
-    """Basics of one Horovod process; each framework package creates one and re-exports its
-    methods (``hvd.init``, ``hvd.rank``, ...). All instances share the process's single engine."""
+    """Basics of one Horovod process (``hvd.init``, ``hvd.rank``, ...). The framework packages
+    re-export the methods of one instance, ``horovod.common.api.basics``; every instance shares
+    the process's single engine."""
 
     Average = 0
     Sum = 1

@@ -87,6 +87,17 @@ def _temp_process_set_object(process_set_id):
     return ps
 
 
+def _registered_id(process_set):
+    """The id of ``process_set``, for a framework's collectives. Raises ValueError when it is not a
+    ProcessSet or is not registered."""
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError(f'process_set must be a horovod ProcessSet, got {type(process_set).__name__}.')
+    if process_set.process_set_id is None:
+        raise ValueError(f'{process_set} is not registered with Horovod (it has no process set id); '
+                         'pass a registered process set such as global_process_set.')
+    return process_set.process_set_id
+
+
 def _setup(basics):
     global _basics
     _basics = basics

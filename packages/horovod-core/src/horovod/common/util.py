@@ -15,7 +15,7 @@ _FRAMEWORKS = {"tensorflow": ("horovod.tensorflow", "tensorflow"),
 
 
 def _cache(f):
-    """Memoises ``f`` on its positional and keyword arguments."""
+    """Memoises ``f`` on its positional and keyword arguments (which must be hashable)."""
     cache = {}
 
     @functools.wraps(f)

@@ -23,53 +23,15 @@ lost peer raises ``HorovodInternalError`` (a ``RuntimeError``) on every rank.
 import numpy as np
 
 from horovod.common import ops as _ops
-from horovod.common.basics import HorovodBasics as _HorovodBasics
-from horovod.common.exceptions import HorovodInternalError  # noqa: F401 (re-exported)
-from horovod.common.process_sets import (  # noqa: F401 (re-exported)
-    ProcessSet,
-    add_process_set,
-    global_process_set,
-    remove_process_set,
+from horovod.common.api import *  # noqa: F403 (hvd.size, hvd.Average, hvd.ProcessSet, ...: api.__all__)
+from horovod.common.api import (  # noqa: F401 (used here, or only in mpi_ops: is_homogeneous)
+    Adasum, Average, Max, Min, ProcessSet, Product, Sum, basics as _basics, global_process_set,
+    handle_average_backwards_compatibility, is_homogeneous,
 )
-from horovod.common.util import (
-    get_average_backwards_compatibility_fun as _get_average_backwards_compatibility_fun,
-)
+from horovod.common.process_sets import _registered_id as _process_set_id
 from horovod.mxnet import _dlpack
 
 import mxnet as mx
-
-_basics = _HorovodBasics()
-
-is_initialized = _basics.is_initialized
-start_timeline = _basics.start_timeline
-stop_timeline = _basics.stop_timeline
-size = _basics.size
-local_size = _basics.local_size
-cross_size = _basics.cross_size
-rank = _basics.rank
-local_rank = _basics.local_rank
-cross_rank = _basics.cross_rank
-is_homogeneous = _basics.is_homogeneous
-mpi_threads_supported = _basics.mpi_threads_supported
-mpi_enabled = _basics.mpi_enabled
-mpi_built = _basics.mpi_built
-gloo_enabled = _basics.gloo_enabled
-gloo_built = _basics.gloo_built
-nccl_built = _basics.nccl_built
-ddl_built = _basics.ddl_built
-ccl_built = _basics.ccl_built
-cuda_built = _basics.cuda_built
-rocm_built = _basics.rocm_built
-
-Average = _basics.Average
-Sum = _basics.Sum
-Adasum = _basics.Adasum
-Min = _basics.Min
-Max = _basics.Max
-Product = _basics.Product
-
-# Resolves the deprecated ``average`` argument into a reduce op (core.md §3).
-handle_average_backwards_compatibility = _get_average_backwards_compatibility_fun(_basics)
 
 # MXNet 1.x has no int16, uint16 or (in numpy) bfloat16 arrays.
 _REDUCE_DTYPES = tuple(np.dtype(d) for d in
@@ -147,15 +109,6 @@ def _check_priority(priority):
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise ValueError(f'priority must be an int, got {priority!r}.')
 
-
-def _process_set_id(process_set):
-    if not isinstance(process_set, ProcessSet):
-        raise ValueError('process_set must be a horovod ProcessSet, '
-                         f'got {type(process_set).__name__}.')
-    if process_set.process_set_id is None:
-        raise ValueError(f'{process_set} is not registered with Horovod (it has no process set '
-                         'id); pass a registered process set such as global_process_set.')
-    return process_set.process_set_id
 
 
 def _engine_names(op, name, set_id, count=None):

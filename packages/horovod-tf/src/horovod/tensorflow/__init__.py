@@ -14,6 +14,7 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 
 import tensorflow as tf  # noqa: E402
 
+from horovod.common.api import *  # noqa: E402,F403 (hvd.size, hvd.Average, hvd.ProcessSet, ...)
 from horovod.tensorflow import mpi_ops, util  # noqa: F401 (hvd.mpi_ops, hvd.util)
 from horovod.tensorflow.compression import Compression  # noqa: F401
 from horovod.tensorflow.functions import (  # noqa: F401
@@ -25,56 +26,26 @@ from horovod.tensorflow.functions import (  # noqa: F401
 )
 from horovod.tensorflow.gradient_aggregation import LocalGradientAggregationHelper  # noqa: F401
 from horovod.tensorflow.mpi_ops import (  # noqa: F401
-    Adasum,
-    Average,
-    HorovodInternalError,
-    Max,
-    Min,
-    ProcessSet,
-    Product,
-    Sum,
     _allreduce,
     _grouped_allreduce,
     _grouped_reducescatter,
     _reducescatter,
-    add_process_set,
     allgather,
     alltoall,
     broadcast,
     broadcast_,
     check_num_rank_power_of_2,
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    global_process_set,
-    gloo_built,
-    gloo_enabled,
     grouped_allgather,
     handle_average_backwards_compatibility,
     init,
     is_homogeneous,
-    is_initialized,
     join,
-    local_rank,
     local_rank_op,
-    local_size,
     local_size_op,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
     process_set_included_op,
-    rank,
     rank_op,
-    remove_process_set,
-    rocm_built,
     shutdown,
-    size,
     size_op,
-    start_timeline,
-    stop_timeline,
 )
 from horovod.tensorflow.optimizer import DistributedOptimizer, _make_allreduce_grads_fn  # noqa: F401
 from horovod.tensorflow.reduction import (  # noqa: F401

@@ -28,53 +28,17 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from horovod.common.basics import HorovodBasics as _HorovodBasics
-from horovod.common.exceptions import HorovodInternalError  # noqa: F401 (re-exported)
-from horovod.common.process_sets import (  # noqa: F401 (re-exported)
-    ProcessSet,
-    _temp_process_set_object,
-    add_process_set,
-    global_process_set,
-    remove_process_set,
+from horovod.common.api import *  # noqa: F403 (hvd.size, hvd.Average, hvd.ProcessSet, ...: api.__all__)
+from horovod.common.api import (  # noqa: F401 (used here, or exported by horovod.tensorflow only)
+    Adasum, Average, Max, Min, ProcessSet, Product, Sum, basics as _basics, global_process_set,
+    handle_average_backwards_compatibility, is_homogeneous, is_initialized, local_rank, local_size, rank, size,
 )
-from horovod.common.util import (
-    get_average_backwards_compatibility_fun as _get_average_backwards_compatibility_fun,
+from horovod.common.process_sets import (  # noqa: F401 (_temp_process_set_object: as upstream's mpi_ops)
+    _registered_id as _process_set_id,
+    _temp_process_set_object,
 )
 from horovod.tensorflow import _engine
 from horovod.tensorflow.util import _no_autograph
-
-_basics = _HorovodBasics()
-
-is_initialized = _basics.is_initialized
-start_timeline = _basics.start_timeline
-stop_timeline = _basics.stop_timeline
-size = _basics.size
-local_size = _basics.local_size
-cross_size = _basics.cross_size
-rank = _basics.rank
-local_rank = _basics.local_rank
-cross_rank = _basics.cross_rank
-is_homogeneous = _basics.is_homogeneous
-mpi_threads_supported = _basics.mpi_threads_supported
-mpi_enabled = _basics.mpi_enabled
-mpi_built = _basics.mpi_built
-gloo_enabled = _basics.gloo_enabled
-gloo_built = _basics.gloo_built
-nccl_built = _basics.nccl_built
-ddl_built = _basics.ddl_built
-ccl_built = _basics.ccl_built
-cuda_built = _basics.cuda_built
-rocm_built = _basics.rocm_built
-
-Average = _basics.Average
-Sum = _basics.Sum
-Adasum = _basics.Adasum
-Min = _basics.Min
-Max = _basics.Max
-Product = _basics.Product
-
-# Resolves the deprecated ``average`` argument into a reduce op (core.md §3).
-handle_average_backwards_compatibility = _get_average_backwards_compatibility_fun(_basics)
 
 _ALLREDUCE_DTYPES = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.float32, tf.float64)
 _MOVE_DTYPES = _ALLREDUCE_DTYPES + (tf.uint16, tf.int16, tf.bool)
@@ -119,14 +83,6 @@ def _check_not_xla(op_name):
             'Use tf.function without jit_compile for the step that calls Horovod (with Keras: '
             'model.compile(..., jit_compile=False)).')
 
-
-def _process_set_id(process_set):
-    if not isinstance(process_set, ProcessSet):
-        raise ValueError(f'process_set must be a horovod ProcessSet, got {type(process_set).__name__}.')
-    if process_set.process_set_id is None:
-        raise ValueError(f'{process_set} is not registered with Horovod (it has no process set id); '
-                         'pass a registered process set such as global_process_set.')
-    return process_set.process_set_id
 
 
 def _to_tensor(value, op_name):
@@ -264,7 +220,6 @@ def _prepare(tensors, allowed, op_name):
     return out
 
 
-
 def _allreduce_group(tensors, names_arg, op, prescale_factor, postscale_factor, ignore_name_scope,
                      process_set, grouped):
     op_name = 'grouped_allreduce' if grouped else 'allreduce'
@@ -324,7 +279,6 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     returns a list. Differentiable. As ``_allreduce`` otherwise."""
     return _allreduce_group(tensors, name, op, prescale_factor, postscale_factor, ignore_name_scope,
                             process_set, grouped=True)
-
 
 
 def _gather_offsets(dim0s, process_set):
@@ -396,7 +350,6 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
     """Allgather of a list of tensors submitted as one group; returns a list. As ``allgather``
     for each member."""
     return _allgather_group(tensors, name, ignore_name_scope, process_set, grouped=True)
-
 
 
 def _check_root(root_rank):
@@ -494,7 +447,6 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     return updated[0] if single else updated
 
 
-
 def _splits_array(splits):
     if splits is None:
         return None
@@ -578,7 +530,6 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
 
     output, received_splits = forward(tensor)
     return output if splits is None else (output, received_splits)
-
 
 
 def _reducescatter_group(tensors, name, op, ignore_name_scope, process_set, prescale_factor, postscale_factor,

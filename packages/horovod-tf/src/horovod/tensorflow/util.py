@@ -1,8 +1,8 @@
 """Small helpers shared by horovod.tensorflow's modules."""
 
-import functools
-
 import tensorflow as tf
+
+from horovod.common.util import _cache  # noqa: F401 (hvd._cache)
 
 
 def _executing_eagerly():
@@ -13,20 +13,6 @@ def _executing_eagerly():
 def _make_subgraph(f):
     """``f`` wrapped in ``tf.function`` (autograph off), so that eager callers run it as one graph."""
     return tf.function(f, autograph=False)
-
-
-def _cache(f):
-    """Memoises ``f`` on its positional and keyword arguments (which must be hashable)."""
-    cache = {}
-
-    @functools.wraps(f)
-    def wrapper(*args, **kwargs):
-        key = (args, frozenset(kwargs.items()))
-        if key not in cache:
-            cache[key] = f(*args, **kwargs)
-        return cache[key]
-
-    return wrapper
 
 
 def vars_to_refs(variables):

@@ -11,50 +11,15 @@ module keeps a reference to it in ``_handle_map`` until then.
 """
 
 from horovod.common import ops as _ops
-from horovod.common.basics import HorovodBasics as _HorovodBasics
-from horovod.common.exceptions import HorovodInternalError  # noqa: F401 (re-exported)
-from horovod.common.process_sets import (  # noqa: F401 (re-exported)
-    ProcessSet,
-    add_process_set,
-    global_process_set,
-    remove_process_set,
+from horovod.common.api import *  # noqa: F403 (hvd.size, hvd.Average, hvd.ProcessSet, ...: api.__all__)
+from horovod.common.api import (  # noqa: F401 (used here, or only in mpi_ops: is_homogeneous)
+    Adasum, Average, Max, Min, ProcessSet, Product, Sum, basics as _basics, global_process_set,
+    handle_average_backwards_compatibility, is_homogeneous, rank, size,
 )
-from horovod.common.util import (
-    get_average_backwards_compatibility_fun as _get_average_backwards_compatibility_fun,
-)
+from horovod.common.process_sets import _registered_id as _process_set_id
 from horovod.torch.compression import Compression
 
 import torch
-
-_basics = _HorovodBasics()
-
-is_initialized = _basics.is_initialized
-start_timeline = _basics.start_timeline
-stop_timeline = _basics.stop_timeline
-size = _basics.size
-local_size = _basics.local_size
-cross_size = _basics.cross_size
-rank = _basics.rank
-local_rank = _basics.local_rank
-cross_rank = _basics.cross_rank
-is_homogeneous = _basics.is_homogeneous
-mpi_threads_supported = _basics.mpi_threads_supported
-mpi_enabled = _basics.mpi_enabled
-mpi_built = _basics.mpi_built
-gloo_enabled = _basics.gloo_enabled
-gloo_built = _basics.gloo_built
-nccl_built = _basics.nccl_built
-ddl_built = _basics.ddl_built
-ccl_built = _basics.ccl_built
-cuda_built = _basics.cuda_built
-rocm_built = _basics.rocm_built
-
-Average = _basics.Average
-Sum = _basics.Sum
-Adasum = _basics.Adasum
-Min = _basics.Min
-Max = _basics.Max
-Product = _basics.Product
 
 # handle -> (inputs, outputs). ``inputs`` is the tuple of tensors given by the caller (kept alive
 # while the engine reads them). ``outputs`` mirrors what synchronize() returns: a single entry for
@@ -91,10 +56,6 @@ def shutdown(*args, **kwargs):
     _handle_map.clear()
     _noname_counters.clear()
     return _basics.shutdown(*args, **kwargs)
-
-
-# Resolves the deprecated ``average`` argument into a reduce op (core.md §3).
-handle_average_backwards_compatibility = _get_average_backwards_compatibility_fun(_basics)
 
 
 def _check_tensor(tensor, allowed_dtypes, op_name):
@@ -137,15 +98,6 @@ def _check_reduce_op(op, process_set):
         raise ValueError(f'Unknown reduce op {op!r}; expected one of hvd.Average, hvd.Sum, '
                          'hvd.Min, hvd.Max, hvd.Product, hvd.Adasum.')
 
-
-def _process_set_id(process_set):
-    if not isinstance(process_set, ProcessSet):
-        raise ValueError('process_set must be a horovod ProcessSet, '
-                         f'got {type(process_set).__name__}.')
-    if process_set.process_set_id is None:
-        raise ValueError(f'{process_set} is not registered with Horovod (it has no process '
-                         'set id); pass a registered process set such as global_process_set.')
-    return process_set.process_set_id
 
 
 # (op prefix, process set id) -> number of unnamed ops of that kind submitted to that set.
