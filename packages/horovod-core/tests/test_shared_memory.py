@@ -144,7 +144,7 @@ def _pieces_suite():
     tensors = [rank_input(rank, "float32", (4096 + i,), salt=i) for i in range(60)]
     outputs = [np.empty_like(t) for t in tensors]
     handles = []
-    for i, (t, o) in enumerate(zip(tensors, outputs)):
+    for i, (t, o) in enumerate(zip(tensors, outputs, strict=True)):
         h = ops.new_handle()
         ops.allreduce_async(h, [t], [o], [f"pieces.async.{i}"], SUM)
         handles.append(h)
