@@ -767,7 +767,9 @@ void Engine::PerformAllreduce(ProcessSet& set, const Response& response, std::ve
     activity_start("ADASUM_ALLREDUCE");
     AdasumAllreduce(*set.backend, buffer, count, dtype);
   } else {
-    activity_start(allreduce_activity_.c_str());
+    // The global set's hierarchical path shows as its own activity in the timeline.
+    const bool hierarchical = set.id == 0 && hierarchical_ && hierarchical_->allreduce.load(std::memory_order_relaxed);
+    activity_start(hierarchical ? "HIERARCHICAL_ALLREDUCE" : allreduce_activity_.c_str());
     set.backend->Allreduce(buffer, count, dtype, op);
   }
   activity_end();
@@ -802,7 +804,10 @@ void Engine::PerformAllgather(ProcessSet& set, const Response& response, std::ve
     std::vector<int64_t> out_shape = e.input.shape;
     out_shape[0] = rows;
     auto output = std::make_shared<OutputBuffer>(e.input.dtype, out_shape);
-    if (record) timeline_.ActivityStart(e.name, Activity("ALLGATHER").c_str());
+    if (record) {
+      const bool hierarchical = set.id == 0 && hierarchical_ && hierarchical_->allgather.load(std::memory_order_relaxed);
+      timeline_.ActivityStart(e.name, hierarchical ? "HIERARCHICAL_ALLGATHER" : Activity("ALLGATHER").c_str());
+    }
     set.backend->Allgatherv(e.input.data, output->data(), bytes_per_rank);
     if (record) timeline_.ActivityEnd(e.name);
     outputs[t].push_back(std::move(output));

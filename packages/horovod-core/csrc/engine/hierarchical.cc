@@ -158,10 +158,10 @@ void HierarchicalBackend::Allgatherv(const void* input, void* output, const std:
   } else {
     // The gathered group goes to a separate buffer first: step 2's input must not overlap its
     // output.
-    std::vector<char> mine(static_cast<size_t>(group_bytes[me]) + 1);
-    cross_->Allgatherv(input, mine.data(), cross_bytes);
+    group_.resize(static_cast<size_t>(group_bytes[me]) + 1);
+    cross_->Allgatherv(input, group_.data(), cross_bytes);
     // 2. Within the host: every local rank's group.
-    local_->Allgatherv(mine.data(), blocks_.data(), group_bytes);
+    local_->Allgatherv(group_.data(), blocks_.data(), group_bytes);
   }
   // 3. Global rank order.
   char* out = static_cast<char*>(output);

@@ -111,6 +111,7 @@ class HierarchicalBackend : public Backend {
   std::vector<std::vector<int>> cross_groups_;
   std::shared_ptr<HierarchicalState> state_;
   std::vector<char> shard_;    // allreduce: this rank's reduced shard, the input of step 3
+  std::vector<char> group_;    // allgather: the blocks of this rank's cross group, the input of step 2
   std::vector<char> blocks_;   // allgather: every rank's block, grouped by local rank then host
 };
 
