@@ -171,14 +171,25 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   const bool may_tune_hierarchical =
       config.autotune && !(config.hierarchical_allreduce_fixed && config.hierarchical_allgather_fixed);
   const bool wants_hierarchical = config.hierarchical_allreduce || config.hierarchical_allgather || may_tune_hierarchical;
+  const bool asked_hierarchical = config.hierarchical_allreduce || config.hierarchical_allgather;
+  if (host_layout.hosts.size() == 1 && asked_hierarchical && global.size() > 1 && global.rank() == 0) {
+    HVD_LOG(INFO) << "Every rank is on one host: hierarchical allreduce/allgather do not apply; collectives go "
+                  << "through " << (engine->shared_memory_ ? "shared memory" : engine->backend_name_) << ".";
+  }
   if (host_layout.hosts.size() > 1 && wants_hierarchical) {
     if (!host_layout.homogeneous) {
       if (global.rank() == 0) {
+        // A warning when the user asked for the path; only information when autotune might have
+        // tried it.
+        const LogLevel level = asked_hierarchical ? LogLevel::WARNING : LogLevel::INFO;
         std::ostringstream counts;
         for (size_t h = 0; h < host_layout.hosts.size(); ++h) counts << (h ? ", " : "") << host_layout.hosts[h].size();
-        HVD_LOG(WARNING) << "Hierarchical allreduce/allgather need the same number of ranks on every host, but this "
-                         << "job has " << counts.str() << " ranks on its " << host_layout.hosts.size()
-                         << " hosts; collectives use the flat " << engine->backend_name_ << " communicator instead.";
+        if (level >= CurrentLogLevel()) {
+          LogMessage(__FILE__, __LINE__, level).stream()
+              << "Hierarchical allreduce/allgather need the same number of ranks on every host, but this job has "
+              << counts.str() << " ranks on its " << host_layout.hosts.size() << " hosts; collectives use the flat "
+              << engine->backend_name_ << " communicator instead.";
+        }
       }
     } else {
       BackendOptions hier_options = options;
