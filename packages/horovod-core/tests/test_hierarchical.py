@@ -92,6 +92,18 @@ def test_hierarchical_allreduce_matches_reference(np_, hosts):
         assert stats["hierarchical_allgathers"] == 0
 
 
+def test_hierarchical_without_shared_memory():
+    # HOROVOD_SHARED_MEMORY=0: the steps within a host run on a Gloo communicator of the host's
+    # ranks (reduce-scatter, allgather) instead of the segment.
+    env = {**HIER, "HOROVOD_HIERARCHICAL_ALLGATHER": "1", "HOROVOD_SHARED_MEMORY": "0"}
+    results = run_ranks(6, _allreduce_suite, env=env, hosts=2, timeout=400)
+    for cases, stats in results:
+        assert stats["hierarchical"] and not stats["hierarchical_shared_memory"]
+        assert stats["hierarchical_allreduces"] == cases - 2
+    for cases, stats in run_ranks(6, _allgather_suite, env=env, hosts=3, timeout=300):
+        assert not stats["hierarchical_shared_memory"] and stats["hierarchical_allgathers"] == cases
+
+
 def _random_allreduces(seed_base):
     """Allreduces of random (non-integer) floats and random integers, and Adasum; returns the
     results for the test process to compare between jobs."""
