@@ -405,6 +405,9 @@ nb::object OutputToPython(const std::shared_ptr<OutputBuffer>& output) {
 // Blocks until the handle is done, with the GIL released; wakes every 100 ms to let Ctrl-C through.
 nb::list Wait(int64_t handle) {
   std::shared_ptr<HandleState> state = RequireHandle(handle);
+  if (!state->done()) {
+    if (std::shared_ptr<Engine> engine = CurrentEngine()) engine->NotifyWaiting();
+  }
   while (true) {
     bool done;
     {

@@ -94,3 +94,76 @@ def test_switched_off():
     for cases, shared, direct in results:
         assert not shared and not direct
         assert cases == 90 + 1 + 2 + 1
+
+
+def _pieces_suite():
+    """Fused groups through the single-copy path (several tensors reduced straight from their own
+    memory, no fusion buffer): odd and empty sizes, in place and out of place, scaled, more
+    tensors than one process_vm_readv takes, and separate submissions the engine fuses."""
+    from horovod_testing.collectives import (AVERAGE, MAX, SUM, assert_equal, rank_input,
+                                             reference_allreduce)
+    basics, ops, adapter, core = _setup()
+    rank, size = basics.rank(), basics.size()
+    cases = 0
+    sizes = [0, 1, 7, 4099, 65537, 300_001, 17]
+    for dtype in ["uint8", "int32", "int64", "float16", "float32", "float64", "bool"]:
+        ops_to_check = [SUM] if dtype == "bool" else [SUM, MAX]
+        if dtype in ("float32", "float64"):
+            ops_to_check.append(AVERAGE)
+        for op in ops_to_check:
+            for inplace in (True, False):
+                salt = 100 + op
+                tensors = [rank_input(rank, dtype, (n,), salt=salt + i) for i, n in enumerate(sizes)]
+                results = adapter.grouped_allreduce(tensors, op, f"pieces.{dtype}.{op}.{inplace}", inplace)
+                for i, n in enumerate(sizes):
+                    expected = reference_allreduce([rank_input(r, dtype, (n,), salt=salt + i) for r in range(size)],
+                                                   op, 1.0, 1.0, dtype)
+                    assert_equal(results[i], expected, dtype, f"group {dtype} op {op} tensor {i} (x{n})")
+                if not inplace:
+                    for i, n in enumerate(sizes):
+                        assert_equal(tensors[i], rank_input(rank, dtype, (n,), salt=salt + i), dtype,
+                                     f"input {i} left unchanged")
+                cases += 1
+    # Pre- and postscaled (the prescaled group takes the fusion buffer).
+    for pre, post in [(1.0, 0.25), (3.0, 0.5)]:
+        x = rank_input(rank, "float64", (200_003,), salt=9)
+        result = adapter.allreduce(x, SUM, pre, post, f"pieces.scaled.{pre}", inplace=False)
+        expected = reference_allreduce([rank_input(r, "float64", (200_003,), salt=9) for r in range(size)], SUM,
+                                       pre, post, "float64")
+        assert_equal(result, expected, "float64", f"scaled {pre} {post}")
+        cases += 1
+    # 1500 tensors in one group: more than the 1024 vectors of one process_vm_readv.
+    tensors = [rank_input(rank, "float64", (13,), salt=i) for i in range(1500)]
+    results = adapter.grouped_allreduce(tensors, SUM, "pieces.many", inplace=False)
+    for i in range(1500):
+        expected = reference_allreduce([rank_input(r, "float64", (13,), salt=i) for r in range(size)], SUM, 1.0,
+                                       1.0, "float64")
+        assert_equal(results[i], expected, "float64", f"tensor {i} of 1500")
+    cases += 1
+    # Separate submissions, fused by the engine.
+    tensors = [rank_input(rank, "float32", (4096 + i,), salt=i) for i in range(60)]
+    outputs = [np.empty_like(t) for t in tensors]
+    handles = []
+    for i, (t, o) in enumerate(zip(tensors, outputs)):
+        h = ops.new_handle()
+        ops.allreduce_async(h, [t], [o], [f"pieces.async.{i}"], SUM)
+        handles.append(h)
+    for h in handles:
+        ops.wait(h)
+    for i, o in enumerate(outputs):
+        expected = reference_allreduce([rank_input(r, "float32", (4096 + i,), salt=i) for r in range(size)], SUM,
+                                       1.0, 1.0, "float32")
+        assert_equal(o, expected, "float32", f"async tensor {i}")
+    cases += 1
+    stats = core.engine_stats()
+    basics.shutdown()
+    return cases, stats["shared_memory_single_copy"]
+
+
+@pytest.mark.parametrize("single_copy", ["1", "0"])
+@pytest.mark.parametrize("np_", [2, 3, 4])
+def test_fused_groups_against_numpy(np_, single_copy):
+    results = run_ranks(np_, _pieces_suite, env={"HOROVOD_SHARED_MEMORY_SINGLE_COPY": single_copy}, timeout=400)
+    for cases, direct in results:
+        assert direct == (single_copy == "1")
+        assert cases == 2 * 15 + 2 + 1 + 1  # 15 (dtype, op) pairs, in place and not

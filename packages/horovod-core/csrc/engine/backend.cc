@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 #include <mutex>
 
 namespace horovod {
@@ -34,6 +35,10 @@ void Backend::AllreduceBitsAnd(std::vector<uint64_t>& words) {
 
 void Backend::Reducescatter(void* buffer, int64_t count, const std::vector<int64_t>&, DataType dtype, ReduceOp op) {
   Allreduce(buffer, count, dtype, op);
+}
+
+void Backend::AllreducePieces(const std::vector<AllreducePiece>&, DataType, ReduceOp, double) {
+  throw std::logic_error(std::string("the ") + name() + " backend has no allreduce of separate tensors");
 }
 
 namespace {

@@ -35,6 +35,14 @@ struct BackendOptions {
   bool mpi_threads_disable = false;
 };
 
+// One tensor of a fused allreduce: `count` elements read from `input`, the result written to
+// `output` (which may be `input`).
+struct AllreducePiece {
+  const void* input;
+  void* output;
+  int64_t count;
+};
+
 class Backend {
  public:
   explicit Backend(const BackendOptions& options) : rank_(options.rank), size_(options.size) {}
@@ -74,6 +82,14 @@ class Backend {
   // rest is unspecified). The default is a full Allreduce.
   virtual void Reducescatter(void* buffer, int64_t count, const std::vector<int64_t>& counts, DataType dtype,
                              ReduceOp op);
+  // Allreduce of a fused group without a fusion buffer: whether this backend reduces `num_pieces`
+  // tensors of `bytes` in all straight from their own memory (AllreducePieces). The answer depends
+  // only on the arguments and on state every rank agreed on, so all ranks take the same path.
+  virtual bool AllreducesPieces(int64_t bytes, size_t num_pieces) const { return false; }
+  // Reduces the concatenation of the pieces' inputs over the ranks and writes it, multiplied by
+  // `postscale`, into their outputs. Only called where AllreducesPieces said yes.
+  virtual void AllreducePieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
+                               double postscale);
   virtual void Barrier() = 0;
   // Point to point: sends send_bytes to `peer` and receives recv_bytes from it (Adasum).
   virtual void SendRecv(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes, int peer) = 0;

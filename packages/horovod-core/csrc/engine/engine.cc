@@ -27,6 +27,9 @@ const char* const kShutdownMessage =
 
 namespace {
 
+// A burst of submissions is over once none came for this long (see BackgroundLoop).
+constexpr std::chrono::microseconds kQuietPeriod{50};
+
 }  // namespace
 
 std::string CpuBackendName(const Config& config) {
@@ -449,8 +452,19 @@ void Engine::Enqueue(int32_t process_set_id, int64_t handle, std::vector<Request
     ReleaseHandle(handle);
     throw;
   }
+  submissions_.fetch_add(1, std::memory_order_seq_cst);
+  if (coalescing_.load(std::memory_order_seq_cst)) return;  // the background thread counts instead
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
+    wake_ = true;
+  }
+  wake_cv_.notify_one();
+}
+
+void Engine::NotifyWaiting() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    waiting_ = true;
     wake_ = true;
   }
   wake_cv_.notify_one();
@@ -521,8 +535,26 @@ void Engine::BackgroundLoop() {
         // a core per process while idle.
         const auto wait = cycle * (1 << std::min(idle, 4));
         std::unique_lock<std::mutex> lock(wake_mu_);
-        if (!again) wake_cv_.wait_for(lock, wait, [this] { return wake_; });
+        if (!again && wake_cv_.wait_for(lock, wait, [this] { return wake_; }) && !waiting_) {
+          // Woken by a submission: gather the rest of its burst first (a training step submits
+          // its gradients back to back), until nothing was submitted for kQuietPeriod, a caller
+          // blocks on a handle, or the cycle time (the bound on batching) is over. Cycling on
+          // every submission instead costs one negotiation each, and on a machine with as many
+          // processes as cores it takes the core from the thread that is submitting.
+          coalescing_.store(true, std::memory_order_seq_cst);
+          const auto deadline = std::chrono::steady_clock::now() + cycle;
+          uint64_t seen = submissions_.load(std::memory_order_seq_cst);
+          while (!waiting_ && !shutdown_requested_.load() && std::chrono::steady_clock::now() < deadline) {
+            wake_cv_.wait_for(lock, std::min<std::chrono::microseconds>(kQuietPeriod, cycle),
+                              [this] { return waiting_ || shutdown_requested_.load(); });
+            const uint64_t now = submissions_.load(std::memory_order_seq_cst);
+            if (now == seen) break;
+            seen = now;
+          }
+          coalescing_.store(false, std::memory_order_seq_cst);
+        }
         wake_ = false;
+        waiting_ = false;
       }
       const auto start = std::chrono::steady_clock::now();
       progress_ = false;
@@ -748,10 +780,25 @@ void Engine::PerformAllreduce(ProcessSet& set, const Response& response, std::ve
     }
   };
 
-  // A single tensor of this rank is reduced in its output buffer; several (or a joined rank's
-  // zeros) go through the fusion buffer.
   int64_t count = 0;
   for (int64_t n : response.tensor_sizes) count += n;
+  // Straight from the tensors' own memory, without the fusion buffer, where the backend can (the
+  // shared-memory transport's single-copy path) and this rank has every tensor.
+  if (response.type != ResponseType::ADASUM && response.prescale_factor == 1.0 &&
+      std::none_of(entries.begin(), entries.end(), [](TensorTableEntry* e) { return e == nullptr; }) &&
+      set.backend->AllreducesPieces(count * static_cast<int64_t>(element_size), entries.size())) {
+    std::vector<AllreducePiece> pieces;
+    pieces.reserve(entries.size());
+    for (size_t i = 0; i < entries.size(); ++i) {
+      pieces.push_back({entries[i]->input.data, entries[i]->output.data, response.tensor_sizes[i]});
+    }
+    activity_start(allreduce_activity_.c_str());
+    set.backend->AllreducePieces(pieces, dtype, op, postscale);
+    activity_end();
+    return;
+  }
+  // A single tensor of this rank is reduced in its output buffer; several (or a joined rank's
+  // zeros) go through the fusion buffer.
   void* buffer;
   const bool direct = entries.size() == 1 && entries[0] != nullptr;
   if (direct) {

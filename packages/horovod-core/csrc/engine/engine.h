@@ -79,6 +79,9 @@ class Engine {
                std::vector<TensorTableEntry> entries);
   // Returns the state of a handle, or nullptr when the handle is unknown.
   std::shared_ptr<HandleState> GetHandle(int64_t handle);
+  // Called by a thread about to block on an unfinished handle: the background thread stops
+  // gathering submissions and starts a cycle at once.
+  void NotifyWaiting();
   void ReleaseHandle(int64_t handle);
 
   // Asks every rank to stop (through negotiation), waits for the background thread, and fails
@@ -176,7 +179,12 @@ class Engine {
 
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
-  bool wake_ = false;
+  bool wake_ = false;     // a submission (or a shutdown request) arrived since the last cycle
+  bool waiting_ = false;  // a caller blocked on an unfinished handle since the last cycle
+  // Submissions so far; while the background thread gathers a burst (coalescing_), Enqueue only
+  // counts instead of waking it each time.
+  std::atomic<uint64_t> submissions_{0};
+  std::atomic<bool> coalescing_{false};
   bool progress_ = false;  // the current cycle executed at least one response (background thread only)
   std::atomic<bool> shutdown_requested_{false};
   std::mutex reason_mu_;

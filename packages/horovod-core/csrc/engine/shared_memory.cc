@@ -38,6 +38,8 @@ constexpr int64_t kSlotBytes = 1 << 20;
 constexpr int64_t kWholeReduceBytes = 64 << 10;
 // Pieces of the single-copy allreduce read from a peer at a time (kept in cache while reduced).
 constexpr int64_t kCopyChunkBytes = 256 << 10;
+// Pieces read from a peer with one process_vm_readv (the kernel's limit on its vectors, IOV_MAX).
+constexpr size_t kMaxIov = 1024;
 // How long a waiting rank polls a peer's counter (yielding the core between polls) before sleeping
 // on the futex.
 constexpr auto kSpin = std::chrono::microseconds(20);
@@ -166,13 +168,14 @@ class SharedMemoryBackend : public Backend {
     if (single_copy_) {
       fold_.resize(kCopyChunkBytes);
       incoming_.resize(kCopyChunkBytes);
+      own_.resize(kCopyChunkBytes);
     }
     return single_copy_;
   }
 
   void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
     const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
-    if (single_copy_ && count * element > kWholeReduceBytes) return SingleCopyAllreduce(buffer, count, dtype, op);
+    if (AllreducesPieces(count * element, 1)) return AllreducePieces({{buffer, buffer, count}}, dtype, op, 1.0);
     const int64_t per_step = kSlotBytes / element;
     char* out = static_cast<char*>(buffer);
     for (int64_t offset = 0; offset < count; offset += per_step) {
@@ -264,65 +267,164 @@ class SharedMemoryBackend : public Backend {
     return std::min(n, (n * r / size_ + align - 1) / align * align);
   }
 
-  // Copies `bytes` at `address` in rank r's memory to `into`.
-  void ReadPeer(int r, uintptr_t address, void* into, int64_t bytes) {
-    char* to = static_cast<char*>(into);
-    while (bytes > 0) {
-      iovec local{to, static_cast<size_t>(bytes)}, remote{reinterpret_cast<void*>(address), static_cast<size_t>(bytes)};
-      const ssize_t n = process_vm_readv(static_cast<pid_t>(pids_[r]), &local, 1, &remote, 1, 0);
-      if (n <= 0) {
-        throw std::runtime_error("shared memory: reading the buffer of rank " + std::to_string(r) + " (pid " +
-                                 std::to_string(pids_[r]) + ") failed: " + std::strerror(n < 0 ? errno : EIO));
-      }
-      to += n;
-      address += static_cast<uintptr_t>(n);
-      bytes -= n;
-    }
-  }
-
-  // Three steps: publish the buffer addresses; each rank folds its share of the elements from
-  // every rank's buffer, in rank order (so every rank's result is the same bit for bit), into its
-  // own buffer; then each rank copies the others' shares from their buffers. The last step keeps
-  // every buffer unchanged until no rank reads it any more.
-  void SingleCopyAllreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
+  // Three steps: publish where every piece's input and output are; each rank folds its share of
+  // the elements (of the pieces laid end to end) from every rank's inputs, in rank order (so every
+  // rank's result is the same bit for bit), into its own outputs; then each rank copies the
+  // others' shares from their outputs into its own. Every rank's pieces have the same sizes (they
+  // were negotiated), so a range of elements splits into the same runs of bytes on every rank. The
+  // last step keeps every rank's memory unchanged until no rank reads it any more. An in-place
+  // piece is safe: during the fold a rank writes only its own share, which no peer reads then.
+  void AllreducePieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
+                       double postscale) override {
     const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
-    char* mine = static_cast<char*>(buffer);
-    const uintptr_t address = reinterpret_cast<uintptr_t>(buffer);
-    std::memcpy(Slot(rank_), &address, sizeof(address));
+    const size_t np = pieces.size();
+    starts_.assign(np + 1, 0);
+    for (size_t i = 0; i < np; ++i) starts_[i + 1] = starts_[i] + pieces[i].count;
+    const int64_t count = starts_[np];
+    uintptr_t* published = reinterpret_cast<uintptr_t*>(Slot(rank_));
+    for (size_t i = 0; i < np; ++i) {
+      published[2 * i] = reinterpret_cast<uintptr_t>(pieces[i].input);
+      published[2 * i + 1] = reinterpret_cast<uintptr_t>(pieces[i].output);
+    }
     Step();
-    std::vector<uintptr_t> addresses(size_);
-    for (int r = 0; r < size_; ++r) std::memcpy(&addresses[r], PreviousSlot(r), sizeof(uintptr_t));
+    addresses_.resize(size_);
+    for (int r = 0; r < size_; ++r) {
+      const uintptr_t* theirs = reinterpret_cast<const uintptr_t*>(PreviousSlot(r));
+      addresses_[r].assign(theirs, theirs + 2 * np);
+    }
     const int64_t lo = Bound(rank_, count, element), hi = Bound(rank_ + 1, count, element);
     const int64_t chunk = kCopyChunkBytes / element;
-    for (int64_t a = lo; a < hi; a += chunk) {
-      const int64_t n = std::min(chunk, hi - a);
-      const int64_t offset = a * element;
-      char* own = mine + offset;
-      // The running result lives in fold_ until this rank's own operand has been combined, then
-      // in the buffer itself (whose original values are not needed after that).
-      char* acc = own;
+    for (int64_t a = lo; a < hi;) {
+      // A run of at most `chunk` elements and kMaxIov pieces.
+      const size_t first = PieceAt(a);
+      int64_t b = std::min(hi, a + chunk);
+      b = std::min(b, starts_[std::min(np, first + kMaxIov)]);
+      const int64_t n = b - a;
+      // This rank's input and output for the run, in place when the run lies in one piece.
+      const bool whole = b <= starts_[first + 1];
+      const char* own_in = whole ? static_cast<const char*>(pieces[first].input) + (a - starts_[first]) * element
+                                 : Gather(pieces, a, b, element, own_.data());
+      char* out = whole ? static_cast<char*>(pieces[first].output) + (a - starts_[first]) * element : own_.data();
+      // The running result: rank 0's operand, then folded with each later rank's in turn; the
+      // last fold writes the output.
+      const char* acc = own_in;
       if (rank_ != 0) {
-        ReadPeer(0, addresses[0] + offset, fold_.data(), n * element);
+        ReadPeer(0, a, b, element, /*output=*/false, fold_.data());
         acc = fold_.data();
       }
       for (int r = 1; r < size_; ++r) {
-        const char* operand = own;
+        const char* operand = own_in;
         if (r != rank_) {
-          ReadPeer(r, addresses[r] + offset, incoming_.data(), n * element);
+          ReadPeer(r, a, b, element, /*output=*/false, incoming_.data());
           operand = incoming_.data();
         }
-        char* dst = (acc == own || r == rank_) ? own : fold_.data();
+        char* dst = r == size_ - 1 ? out : fold_.data();
         Reduce(dst, acc, operand, n, dtype, op);
         acc = dst;
       }
+      if (postscale != 1.0) Scale(out, n, dtype, postscale);
+      if (!whole) Scatter(pieces, a, b, element, out);
+      a = b;
     }
     Step();
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      const int64_t a = Bound(r, count, element), b = Bound(r + 1, count, element);
-      if (b > a) ReadPeer(r, addresses[r] + a * element, mine + a * element, (b - a) * element);
+      for (int64_t a = Bound(r, count, element), end = Bound(r + 1, count, element); a < end;) {
+        const int64_t b = std::min(end, starts_[std::min(np, PieceAt(a) + kMaxIov)]);
+        ReadPeer(r, a, b, element, /*output=*/true, nullptr, &pieces);
+        a = b;
+      }
     }
     Step();
+  }
+
+  bool AllreducesPieces(int64_t bytes, size_t num_pieces) const override {
+    // Small groups are cheaper through the segment (no system calls); the addresses must fit a slot.
+    return single_copy_ && bytes > kWholeReduceBytes && num_pieces * 2 * sizeof(uintptr_t) <= kSlotBytes;
+  }
+
+  // The piece holding element `e` of the pieces laid end to end.
+  size_t PieceAt(int64_t e) const {
+    return static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), e) - starts_.begin()) - 1;
+  }
+
+  // The runs of bytes that elements [a, b) occupy in the pieces at `addresses` (input and output
+  // address of each piece, alternately; `output` picks which), appended to `runs`.
+  void Runs(const uintptr_t* addresses, int64_t a, int64_t b, int64_t element, bool output,
+            std::vector<iovec>& runs) const {
+    for (size_t i = PieceAt(a); a < b; ++i) {
+      const int64_t end = std::min(b, starts_[i + 1]);
+      if (end > a) {
+        runs.push_back({reinterpret_cast<void*>(addresses[2 * i + (output ? 1 : 0)] + (a - starts_[i]) * element),
+                        static_cast<size_t>((end - a) * element)});
+      }
+      a = end;
+    }
+  }
+
+  // Copies this rank's inputs for elements [a, b) to `into`; returns `into`.
+  const char* Gather(const std::vector<AllreducePiece>& pieces, int64_t a, int64_t b, int64_t element, char* into) {
+    char* to = into;
+    for (size_t i = PieceAt(a); a < b; ++i) {
+      const int64_t end = std::min(b, starts_[i + 1]);
+      const size_t bytes = static_cast<size_t>((end - a) * element);
+      if (bytes > 0) std::memcpy(to, static_cast<const char*>(pieces[i].input) + (a - starts_[i]) * element, bytes);
+      to += bytes;
+      a = end;
+    }
+    return into;
+  }
+
+  // Copies `from` (elements [a, b)) into this rank's outputs.
+  void Scatter(const std::vector<AllreducePiece>& pieces, int64_t a, int64_t b, int64_t element, const char* from) {
+    for (size_t i = PieceAt(a); a < b; ++i) {
+      const int64_t end = std::min(b, starts_[i + 1]);
+      const size_t bytes = static_cast<size_t>((end - a) * element);
+      if (bytes > 0) std::memcpy(static_cast<char*>(pieces[i].output) + (a - starts_[i]) * element, from, bytes);
+      from += bytes;
+      a = end;
+    }
+  }
+
+  // Copies elements [a, b) of rank r's inputs (or outputs) into `into`, or, when `into` is null,
+  // into the same elements of this rank's outputs. At most kMaxIov pieces.
+  void ReadPeer(int r, int64_t a, int64_t b, int64_t element, bool output, char* into,
+                const std::vector<AllreducePiece>* pieces = nullptr) {
+    remote_.clear();
+    Runs(addresses_[r].data(), a, b, element, output, remote_);
+    local_.clear();
+    if (into != nullptr) {
+      local_.push_back({into, static_cast<size_t>((b - a) * element)});
+    } else {
+      Runs(addresses_[rank_].data(), a, b, element, /*output=*/true, local_);
+    }
+    size_t left = static_cast<size_t>((b - a) * element);
+    iovec* l = local_.data();
+    iovec* rm = remote_.data();
+    size_t nl = local_.size(), nr = remote_.size();
+    while (left > 0) {
+      const ssize_t n = process_vm_readv(static_cast<pid_t>(pids_[r]), l, nl, rm, nr, 0);
+      if (n <= 0) {
+        throw std::runtime_error("shared memory: reading the memory of rank " + std::to_string(r) + " (pid " +
+                                 std::to_string(pids_[r]) + ") failed: " + std::strerror(n < 0 ? errno : EIO));
+      }
+      // A partial read (the kernel stops at a page it cannot pin): continue after what arrived.
+      left -= static_cast<size_t>(n);
+      Advance(l, nl, static_cast<size_t>(n));
+      Advance(rm, nr, static_cast<size_t>(n));
+    }
+  }
+
+  static void Advance(iovec*& v, size_t& count, size_t bytes) {
+    while (count > 0 && bytes >= v->iov_len) {
+      bytes -= v->iov_len;
+      ++v;
+      --count;
+    }
+    if (count > 0) {
+      v->iov_base = static_cast<char*>(v->iov_base) + bytes;
+      v->iov_len -= bytes;
+    }
   }
 
   char* HalfSlot(int half, int r) const {
@@ -457,7 +559,13 @@ class SharedMemoryBackend : public Backend {
   int half_ = 0;
   bool spin_ = true;
   bool single_copy_ = false;
-  std::vector<char> fold_, incoming_;  // single-copy allreduce: running result, a peer's piece
+  // Single-copy allreduce: the running result, a peer's operand, this rank's operand gathered from
+  // several pieces (kCopyChunkBytes each); where each piece starts (in elements of the pieces laid
+  // end to end); every rank's piece addresses; the vectors of one process_vm_readv.
+  std::vector<char> fold_, incoming_, own_;
+  std::vector<int64_t> starts_;
+  std::vector<std::vector<uintptr_t>> addresses_;
+  std::vector<iovec> local_, remote_;
 };
 
 }  // namespace
