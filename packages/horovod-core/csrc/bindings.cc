@@ -617,10 +617,23 @@ NB_MODULE(_core, m) {
     d["negotiation_us"] = s.negotiation_us;
     d["shared_memory"] = engine->shared_memory();
     d["shared_memory_single_copy"] = engine->shared_memory_single_copy();
+    Engine::HierarchicalStats h = engine->hierarchical_stats();
+    d["hosts"] = engine->num_hosts();
+    d["hierarchical"] = h.available;
+    d["hierarchical_allreduce"] = h.allreduce;
+    d["hierarchical_allgather"] = h.allgather;
+    d["hierarchical_allreduces"] = h.allreduces;
+    d["hierarchical_allgathers"] = h.allgathers;
+    d["hierarchical_shared_memory"] = h.local_shared_memory;
     return d;
   }, "Negotiation counters of the global process set (cycles, coordinator_rounds, cache_hits, negotiation_us), "
      "whether its collectives go through shared memory (shared_memory) and its large allreduces read the peers' "
-     "buffers directly (shared_memory_single_copy).");
+     "buffers directly (shared_memory_single_copy); the number of hosts the ranks are grouped into (hosts, by "
+     "HOROVOD_HOSTNAME when set), whether the hierarchical collectives were set up (hierarchical: several hosts with "
+     "the same number of ranks each, and hierarchical allreduce/allgather asked for or autotuned), whether each is "
+     "switched on now (hierarchical_allreduce, hierarchical_allgather), how many allreduces/allgathers went that "
+     "way (hierarchical_allreduces, hierarchical_allgathers), and whether their steps within a host use shared "
+     "memory (hierarchical_shared_memory).");
   m.def("tuned_parameters", [] {
     TunedParameters p = RequireEngineForQuery()->CurrentParameters();
     nb::dict d;

@@ -101,6 +101,37 @@ def comm_process_set():
     return result
 
 
+def hierarchical():
+    """Two fake hosts of two ranks (HOROVOD_HOSTNAME from the MPI rank) with hierarchical
+    allreduce and allgather: results against numpy references, and the engine's stats."""
+    import numpy as np
+
+    from horovod.common import _core
+    from horovod_testing.collectives import (AVERAGE, MAX, MIN, PRODUCT, SUM, NumpyAdapter, assert_equal,
+                                             rank_input, reference_allreduce)
+    os.environ["HOROVOD_HOSTNAME"] = "fakehost%d" % (int(os.environ["OMPI_COMM_WORLD_RANK"]) // 2)
+    adapter = NumpyAdapter()
+    adapter.init()
+    rank, size = adapter.rank(), adapter.size()
+    cases = 0
+    for dtype in ["uint8", "int32", "int64", "float16", "float32", "float64"]:
+        for count in [1, 7, 1023, 300_001]:
+            for op in [AVERAGE, SUM, MIN, MAX, PRODUCT] if count < 1000 else [SUM]:
+                x = rank_input(rank, dtype, (count,), salt=op)
+                result = adapter.allreduce(x, op, 1.0, 1.0, f"h.{dtype}.{count}.{op}", inplace=True)
+                expected = reference_allreduce([rank_input(r, dtype, (count,), salt=op) for r in range(size)], op,
+                                               1.0, 1.0, dtype)
+                assert_equal(result, expected, dtype, f"allreduce {dtype} x{count} op {op}")
+                cases += 1
+    rows = [(r * 7 + 3) % 5 for r in range(size)]
+    gathered = adapter.allgather(rank_input(rank, "int16", (rows[rank], 3), salt=1), "h.gather")
+    expected = np.concatenate([rank_input(r, "int16", (rows[r], 3), salt=1) for r in range(size)])
+    assert_equal(gathered, expected, "int16", "allgather")
+    stats = dict(_core.engine_stats())
+    adapter.shutdown()
+    return {"cases": cases, "stats": stats}
+
+
 def main():
     name, outdir = sys.argv[1], sys.argv[2]
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))

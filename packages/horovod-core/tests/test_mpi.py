@@ -132,3 +132,13 @@ def test_gloo_under_a_multi_process_mpirun_is_an_error(tmp_path):
     with pytest.raises(AssertionError) as info:
         mpirun(2, "basics", tmp_path, env={"HOROVOD_CPU_OPERATIONS": "gloo"})
     assert "horovodrun --gloo" in str(info.value), info.value
+
+
+def test_hierarchical_over_mpi(tmp_path):
+    # Two fake hosts (HOROVOD_HOSTNAME set from the MPI rank) of two ranks: the local and cross
+    # communicators are MPI_Comm_split sub-communicators, with shared memory within each host.
+    env = {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "HOROVOD_HIERARCHICAL_ALLGATHER": "1"}
+    for result in mpirun(4, "hierarchical", tmp_path, env=env):
+        stats = result["stats"]
+        assert stats["hosts"] == 2 and stats["hierarchical"] and stats["hierarchical_shared_memory"]
+        assert stats["hierarchical_allreduces"] == result["cases"] and stats["hierarchical_allgathers"] == 1

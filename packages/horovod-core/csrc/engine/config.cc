@@ -179,6 +179,7 @@ Config ParseConfig(const std::map<std::string, std::string>& env) {
     if (it == env.end()) continue;
     knob.apply(config, it->second);
   }
+  config.hostname_given = env.count("HOROVOD_HOSTNAME") > 0 && !config.hostname.empty();
   config.cycle_time_fixed = env.count("HOROVOD_CYCLE_TIME") > 0;
   config.fusion_threshold_fixed = env.count("HOROVOD_FUSION_THRESHOLD") > 0;
   config.cache_capacity_fixed = env.count("HOROVOD_CACHE_CAPACITY") > 0;

@@ -17,6 +17,9 @@ struct Config {
   // Topology given by the launcher (spec core.md §8). Unset means a single process.
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
   std::string hostname = "localhost";
+  // Whether HOROVOD_HOSTNAME was set: ranks are then grouped into hosts by it (so that a launcher,
+  // or a test, can lay out several "hosts" on one machine) instead of by gethostname().
+  bool hostname_given = false;
   std::string rendezvous_addr;  // empty: single process, in-memory store
   int rendezvous_port = -1;
   std::string gloo_iface;

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "adasum.h"
+#include "hierarchical.h"
 #include "logging.h"
 #include "reduction.h"
 #include "shared_memory.h"
@@ -125,32 +126,36 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   initial.torus_allreduce = config.torus_allreduce;
   initial.tuning = config.autotune;
   engine->cycle_time_us_ = std::llround(config.cycle_time_ms * 1000);
-  if (config.autotune && global.rank() == 0) {
-    engine->parameter_manager_ = std::make_unique<ParameterManager>(engine->config_, initial);
-  }
 
-  // Topology facts and the static process sets, agreed by every rank.
+  // Topology facts and the static process sets, agreed by every rank. Ranks are grouped into
+  // hosts by HOROVOD_HOSTNAME when the launcher set it (horovodrun sets it per slot, so
+  // `-H localhost:2,127.0.0.1:2` is two hosts even on one machine), else by gethostname().
   std::ostringstream me;
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
-  me << engine->config_.local_size << "\n" << host << "\n" << ::getpid();
+  me << engine->config_.local_size << "\n" << host << "\n" << ::getpid() << "\n"
+     << (config.hostname_given ? config.hostname : std::string(host));
   std::string mine_text = me.str();
   std::vector<std::vector<char>> all = AllgatherBytes(global, std::vector<char>(mine_text.begin(), mine_text.end()));
+  std::vector<std::string> group_hosts;
   for (const auto& bytes : all) {
     std::istringstream in(std::string(bytes.begin(), bytes.end()));
-    int local_size = 0;
-    std::string host;
-    int64_t pid = 0;
-    in >> local_size >> host >> pid;
-    if (local_size != engine->config_.local_size) engine->homogeneous_ = false;
-    engine->peers_.emplace_back(host, pid);
+    std::string local_size, host, pid, group;
+    std::getline(in, local_size);
+    std::getline(in, host);
+    std::getline(in, pid);
+    std::getline(in, group);
+    if (std::stoi(local_size) != engine->config_.local_size) engine->homogeneous_ = false;
+    engine->peers_.emplace_back(host, std::stoll(pid));
+    group_hosts.push_back(group);
   }
+  std::vector<int64_t> pids;
+  for (const auto& peer : engine->peers_) pids.push_back(peer.second);
+  const HostLayout host_layout = GroupByHost(group_hosts, global.rank());
+  engine->num_hosts_ = static_cast<int>(host_layout.hosts.size());
   // One host: the hot path goes through shared memory (csrc/engine/shared_memory.h).
-  bool one_host = global.size() > 1;
-  for (const auto& peer : engine->peers_) one_host = one_host && peer.first == engine->peers_[0].first;
+  bool one_host = global.size() > 1 && host_layout.hosts.size() == 1;
   if (one_host && engine->config_.shared_memory) {
-    std::vector<int64_t> pids;
-    for (const auto& peer : engine->peers_) pids.push_back(peer.second);
     std::string why;
     bool single_copy = engine->config_.shared_memory_single_copy;
     std::unique_ptr<Backend> shared = MakeSharedMemoryBackend(backend, pids, options, &single_copy, &why);
@@ -162,6 +167,53 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
       HVD_LOG(WARNING) << "Horovod could not set up shared memory between its ranks (" << why << "); collectives go "
                        << "through " << engine->backend_name_ << " instead.";
     }
+  }
+  // Several hosts: the hierarchical collectives (csrc/engine/hierarchical.h), when asked for or
+  // when autotune may switch them on. Their communicators cost a rendezvous and a segment per
+  // host, so a job that can never use them does not build them.
+  const bool may_tune_hierarchical =
+      config.autotune && !(config.hierarchical_allreduce_fixed && config.hierarchical_allgather_fixed);
+  const bool wants_hierarchical = config.hierarchical_allreduce || config.hierarchical_allgather || may_tune_hierarchical;
+  const bool asked_hierarchical = config.hierarchical_allreduce || config.hierarchical_allgather;
+  if (host_layout.hosts.size() == 1 && asked_hierarchical && global.size() > 1 && global.rank() == 0) {
+    HVD_LOG(INFO) << "Every rank is on one host: hierarchical allreduce/allgather do not apply; collectives go "
+                  << "through " << (engine->shared_memory_ ? "shared memory" : engine->backend_name_) << ".";
+  }
+  if (host_layout.hosts.size() > 1 && wants_hierarchical) {
+    if (!host_layout.homogeneous) {
+      if (global.rank() == 0) {
+        // A warning when the user asked for the path; only information when autotune might have
+        // tried it.
+        const LogLevel level = asked_hierarchical ? LogLevel::WARNING : LogLevel::INFO;
+        std::ostringstream counts;
+        for (size_t h = 0; h < host_layout.hosts.size(); ++h) counts << (h ? ", " : "") << host_layout.hosts[h].size();
+        if (level >= CurrentLogLevel()) {
+          LogMessage(__FILE__, __LINE__, level).stream()
+              << "Hierarchical allreduce/allgather need the same number of ranks on every host, but this job has "
+              << counts.str() << " ranks on its " << host_layout.hosts.size() << " hosts; collectives use the flat "
+              << engine->backend_name_ << " communicator instead.";
+        }
+      }
+    } else {
+      BackendOptions hier_options = options;
+      hier_options.key_prefix = key_prefix;
+      auto state = std::make_shared<HierarchicalState>();
+      state->allreduce = config.hierarchical_allreduce;
+      state->allgather = config.hierarchical_allgather;
+      backend = std::make_unique<HierarchicalBackend>(std::move(backend), host_layout, pids, hier_options,
+                                                      engine->config_.shared_memory,
+                                                      engine->config_.shared_memory_single_copy, state);
+      engine->hierarchical_ = state;
+      HVD_LOG(INFO) << "Hierarchical collectives available: " << host_layout.hosts.size() << " hosts of "
+                    << host_layout.hosts[0].size() << " ranks"
+                    << (engine->hierarchical_->local_shared_memory ? ", shared memory within each host" : "")
+                    << "; allreduce " << (config.hierarchical_allreduce ? "on" : "off") << ", allgather "
+                    << (config.hierarchical_allgather ? "on" : "off") << ".";
+    }
+  }
+  if (config.autotune && global.rank() == 0) {
+    engine->parameter_manager_ =
+        std::make_unique<ParameterManager>(engine->config_, initial, engine->hierarchical_ != nullptr);
   }
   for (const auto& ranks : process_sets) {
     for (int r : ranks) {
@@ -199,7 +251,8 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   }
   engine->thread_ = std::thread(&Engine::BackgroundLoop, engine.get());
   HVD_LOG(INFO) << "Horovod initialized: rank " << engine->config_.rank << " of " << engine->config_.size << ", backend "
-                << engine->backend_name_ << (engine->shared_memory_ ? " with shared memory" : "");
+                << engine->backend_name_ << (engine->shared_memory_ ? " with shared memory" : "")
+                << (engine->hierarchical_ ? " with hierarchical collectives" : "");
   return engine;
 }
 
@@ -297,6 +350,18 @@ TunedParameters Engine::CurrentParameters() {
   return parameters_;
 }
 
+Engine::HierarchicalStats Engine::hierarchical_stats() const {
+  HierarchicalStats stats;
+  if (!hierarchical_) return stats;
+  stats.available = true;
+  stats.allreduce = hierarchical_->allreduce;
+  stats.allgather = hierarchical_->allgather;
+  stats.local_shared_memory = hierarchical_->local_shared_memory;
+  stats.allreduces = hierarchical_->allreduces;
+  stats.allgathers = hierarchical_->allgathers;
+  return stats;
+}
+
 size_t Engine::CacheCapacity(const TunedParameters& parameters) const {
   return parameters.cache_enabled ? static_cast<size_t>(std::max<int64_t>(config_.cache_capacity, 0)) : 0;
 }
@@ -315,6 +380,10 @@ void Engine::ApplyParameters(const TunedParameters& parameters) {
     }
   }
   for (auto& set : sets) set->controller->ApplyParameters(parameters.fusion_threshold_bytes, CacheCapacity(parameters));
+  if (hierarchical_) {
+    hierarchical_->allreduce = parameters.hierarchical_allreduce;
+    hierarchical_->allgather = parameters.hierarchical_allgather;
+  }
   if (parameter_manager_) parameter_manager_->Applied(std::chrono::steady_clock::now());
 }
 
@@ -756,7 +825,9 @@ void Engine::PerformAllreduce(ProcessSet& set, const Response& response, std::ve
     activity_start("ADASUM_ALLREDUCE");
     AdasumAllreduce(*set.backend, buffer, count, dtype);
   } else {
-    activity_start(allreduce_activity_.c_str());
+    // The global set's hierarchical path shows as its own activity in the timeline.
+    const bool hierarchical = set.id == 0 && hierarchical_ && hierarchical_->allreduce.load(std::memory_order_relaxed);
+    activity_start(hierarchical ? "HIERARCHICAL_ALLREDUCE" : allreduce_activity_.c_str());
     set.backend->Allreduce(buffer, count, dtype, op);
   }
   activity_end();
@@ -791,7 +862,10 @@ void Engine::PerformAllgather(ProcessSet& set, const Response& response, std::ve
     std::vector<int64_t> out_shape = e.input.shape;
     out_shape[0] = rows;
     auto output = std::make_shared<OutputBuffer>(e.input.dtype, out_shape);
-    if (record) timeline_.ActivityStart(e.name, Activity("ALLGATHER").c_str());
+    if (record) {
+      const bool hierarchical = set.id == 0 && hierarchical_ && hierarchical_->allgather.load(std::memory_order_relaxed);
+      timeline_.ActivityStart(e.name, hierarchical ? "HIERARCHICAL_ALLGATHER" : Activity("ALLGATHER").c_str());
+    }
     set.backend->Allgatherv(e.input.data, output->data(), bytes_per_rank);
     if (record) timeline_.ActivityEnd(e.name);
     outputs[t].push_back(std::move(output));

@@ -42,6 +42,8 @@
 
 namespace horovod {
 
+struct HierarchicalState;
+
 // A registered process set. Members have a backend (communicator) and a controller.
 struct ProcessSet {
   int32_t id = 0;
@@ -104,6 +106,16 @@ class Engine {
   // Whether the global set's collectives go through shared memory (csrc/engine/shared_memory.h).
   bool shared_memory() const { return shared_memory_; }
   bool shared_memory_single_copy() const { return shared_memory_single_copy_; }
+  // Hierarchical collectives (csrc/engine/hierarchical.h): whether the global set has them (a
+  // multi-host homogeneous job that asked for them or autotunes them), whether each is switched
+  // on now, how many ran, and whether their steps within a host go through shared memory.
+  struct HierarchicalStats {
+    bool available = false, allreduce = false, allgather = false, local_shared_memory = false;
+    int64_t allreduces = 0, allgathers = 0;
+  };
+  HierarchicalStats hierarchical_stats() const;
+  // Hosts the ranks are grouped into (by HOROVOD_HOSTNAME when set, else gethostname()).
+  int num_hosts() const { return num_hosts_; }
 
   const Config& config() const { return config_; }
   bool is_homogeneous() const { return homogeneous_; }
@@ -145,6 +157,10 @@ class Engine {
   bool homogeneous_ = true;
   bool shared_memory_ = false;  // the global set's collectives go through shared memory
   bool shared_memory_single_copy_ = false;  // ... and its large allreduces read peers' buffers directly
+  // The switches and counters of the global set's backend when it is hierarchical (null when not);
+  // ApplyParameters flips the switches.
+  std::shared_ptr<HierarchicalState> hierarchical_;
+  int num_hosts_ = 1;
   FusionBuffer fusion_buffer_;
   Timeline timeline_;
   bool timeline_enabled_ = false;

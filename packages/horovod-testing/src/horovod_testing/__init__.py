@@ -20,9 +20,30 @@ class RanksFailed(AssertionError):
     """One or more ranks raised, exited abnormally or timed out."""
 
 
-def _plan(np_):
-    return [types.SimpleNamespace(hostname="localhost", rank=r, local_rank=r, cross_rank=0, size=np_,
-                                  local_size=np_, cross_size=1) for r in range(np_)]
+def _plan(np_, hosts=None):
+    """One slot per rank. ``hosts``: None (every rank on one host, named "localhost"), an int H
+    (H hosts of np_ // H consecutive ranks each) or a list of ranks per host (consecutive ranks,
+    any sizes). Fake hosts are named 127.0.0.1, 127.0.0.2, ...: distinct names, so the engine
+    groups ranks by them, that are all addresses of this machine, so Gloo can listen on them."""
+    if hosts is None:
+        return [types.SimpleNamespace(hostname="localhost", rank=r, local_rank=r, cross_rank=0, size=np_,
+                                      local_size=np_, cross_size=1) for r in range(np_)]
+    if isinstance(hosts, int):
+        if hosts < 1 or np_ % hosts:
+            raise ValueError(f"hosts={hosts} does not divide np={np_}")
+        hosts = [np_ // hosts] * hosts
+    hosts = list(hosts)
+    if sum(hosts) != np_ or min(hosts) < 1:
+        raise ValueError(f"hosts={hosts} must be positive and add up to np={np_}")
+    slots = []
+    for h, local_size in enumerate(hosts):
+        for local_rank in range(local_size):
+            # Upstream's cross communicator: the hosts that have this local rank.
+            cross = [g for g, n in enumerate(hosts) if n > local_rank]
+            slots.append(types.SimpleNamespace(
+                hostname=f"127.0.0.{h + 1}", rank=len(slots), local_rank=local_rank, local_size=local_size,
+                cross_rank=cross.index(h), cross_size=len(cross), size=np_))
+    return slots
 
 
 def _tail(path, limit=4000):
@@ -31,7 +52,7 @@ def _tail(path, limit=4000):
     return data[-limit:].decode("utf-8", "replace")
 
 
-def run_ranks(np_, fn, *args, env=None, timeout=120):
+def run_ranks(np_, fn, *args, env=None, timeout=120, hosts=None):
     """Runs ``fn(*args)`` on ranks 0..np_-1, each in its own process, and returns the list of
     return values in rank order.
 
@@ -40,14 +61,19 @@ def run_ranks(np_, fn, *args, env=None, timeout=120):
         fn: a picklable function (cloudpickle; module-level test functions are fine).
         env (dict): extra environment variables for every rank (values are converted with str).
         timeout (float): seconds the whole job may take.
+        hosts: lay the ranks out on fake hosts of this machine (distinct HOROVOD_HOSTNAME and the
+            matching LOCAL_*/CROSS_* variables): an int H for H hosts of np_ // H ranks, or a list
+            of ranks per host (consecutive ranks; sizes may differ). None: one host.
 
     Raises:
+        ValueError: ``hosts`` does not fit ``np_``.
         RanksFailed: some rank raised (its traceback is included), died, or the job timed out
             (every rank's remaining processes are killed first).
     """
+    plan = _plan(np_, hosts)
     server = RendezvousServer()
     port = server.start()
-    server.init(_plan(np_))
+    server.init(plan)
     workdir = tempfile.mkdtemp(prefix="hvdtest-")
     payload = os.path.join(workdir, "payload.pkl")
     with open(payload, "wb") as f:
@@ -56,12 +82,13 @@ def run_ranks(np_, fn, *args, env=None, timeout=120):
     procs = []
     try:
         for rank in range(np_):
+            slot = plan[rank]
             child_env = dict(os.environ)
             child_env.update({
                 "HOROVOD_RANK": str(rank), "HOROVOD_SIZE": str(np_),
-                "HOROVOD_LOCAL_RANK": str(rank), "HOROVOD_LOCAL_SIZE": str(np_),
-                "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "1",
-                "HOROVOD_HOSTNAME": "localhost",
+                "HOROVOD_LOCAL_RANK": str(slot.local_rank), "HOROVOD_LOCAL_SIZE": str(slot.local_size),
+                "HOROVOD_CROSS_RANK": str(slot.cross_rank), "HOROVOD_CROSS_SIZE": str(slot.cross_size),
+                "HOROVOD_HOSTNAME": slot.hostname,
                 "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
                 "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
                 SECRET_ENV: server.secret.hex(),

@@ -19,13 +19,14 @@ constexpr double kTestPoints[][2] = {{4, 5}, {32, 50}, {16, 25}, {8, 10}};
 std::string Describe(const TunedParameters& p) {
   std::ostringstream out;
   out << "fusion threshold " << p.fusion_threshold_bytes / kBytesPerMb << " MB, cycle time " << p.cycle_time_ms
-      << " ms, response cache " << (p.cache_enabled ? "on" : "off");
+      << " ms, hierarchical allreduce " << (p.hierarchical_allreduce ? "on" : "off") << ", hierarchical allgather "
+      << (p.hierarchical_allgather ? "on" : "off") << ", response cache " << (p.cache_enabled ? "on" : "off");
   return out.str();
 }
 
 }  // namespace
 
-ParameterManager::ParameterManager(const Config& config, const TunedParameters& initial)
+ParameterManager::ParameterManager(const Config& config, const TunedParameters& initial, bool hierarchical)
     : tune_fusion_(!config.fusion_threshold_fixed),
       tune_cycle_(!config.cycle_time_fixed),
       tune_cache_(!config.cache_capacity_fixed),
@@ -40,6 +41,10 @@ ParameterManager::ParameterManager(const Config& config, const TunedParameters& 
   if (!bounds.empty()) {
     optimizer_ = std::make_unique<BayesianOptimization>(bounds, config.autotune_gaussian_process_noise);
   }
+  const bool tune_hierarchical_allreduce = hierarchical && !config.hierarchical_allreduce_fixed;
+  const bool tune_hierarchical_allgather = hierarchical && !config.hierarchical_allgather_fixed;
+  if (tune_hierarchical_allreduce) hierarchical_allreduce_values_ = {false, true};
+  if (tune_hierarchical_allgather) hierarchical_allgather_values_ = {false, true};
   if (tune_cache_) cache_values_ = {false, true};
   if (!config.autotune_log.empty()) {
     log_.open(config.autotune_log, std::ios::out | std::ios::trunc);
@@ -55,6 +60,10 @@ ParameterManager::ParameterManager(const Config& config, const TunedParameters& 
   auto add = [](std::string& list, const char* name) { list += (list.empty() ? "" : ", ") + std::string(name); };
   add(tune_fusion_ ? searched : fixed, "fusion threshold");
   add(tune_cycle_ ? searched : fixed, "cycle time");
+  if (hierarchical) {
+    add(tune_hierarchical_allreduce ? searched : fixed, "hierarchical allreduce");
+    add(tune_hierarchical_allgather ? searched : fixed, "hierarchical allgather");
+  }
   add(tune_cache_ ? searched : fixed, "response cache");
   HVD_LOG(INFO) << "Autotune: searching " << (searched.empty() ? "nothing" : searched) << "; fixed by the user: "
                 << (fixed.empty() ? "nothing" : fixed) << ". Warm-up samples " << warmup_left_ << ", steps per sample "
@@ -89,7 +98,10 @@ std::optional<TunedParameters> ParameterManager::Update(const std::vector<Respon
   if (!started_) {
     started_ = true;
     sample_start_ = now;
-    if (joint_left_ == 0 && cache_values_.empty()) return Advance();
+    if (joint_left_ == 0 && hierarchical_allreduce_values_.empty() && hierarchical_allgather_values_.empty() &&
+        cache_values_.empty()) {
+      return Advance();
+    }
     if (warmup_left_ == 0) stage_ = Stage::INITIAL;
   }
   bool sample_done = false;
@@ -188,6 +200,26 @@ TunedParameters ParameterManager::Advance() {
     const TunedParameters best = Best().first;
     current_.fusion_threshold_bytes = best.fusion_threshold_bytes;
     current_.cycle_time_ms = best.cycle_time_ms;
+  }
+  // Each categorical stage starts from the best configuration so far: once a stage has tried
+  // its values, its variable keeps the best one for the stages after it.
+  if (stage_ == Stage::HIERARCHICAL_ALLREDUCE && hierarchical_allreduce_values_.empty()) {
+    current_.hierarchical_allreduce = Best().first.hierarchical_allreduce;
+  }
+  if (stage_ == Stage::HIERARCHICAL_ALLGATHER && hierarchical_allgather_values_.empty()) {
+    current_.hierarchical_allgather = Best().first.hierarchical_allgather;
+  }
+  if (!hierarchical_allreduce_values_.empty()) {
+    stage_ = Stage::HIERARCHICAL_ALLREDUCE;
+    current_.hierarchical_allreduce = hierarchical_allreduce_values_.front();
+    hierarchical_allreduce_values_.pop_front();
+    return current_;
+  }
+  if (!hierarchical_allgather_values_.empty()) {
+    stage_ = Stage::HIERARCHICAL_ALLGATHER;
+    current_.hierarchical_allgather = hierarchical_allgather_values_.front();
+    hierarchical_allgather_values_.pop_front();
+    return current_;
   }
   if (!cache_values_.empty()) {
     stage_ = Stage::CACHE;

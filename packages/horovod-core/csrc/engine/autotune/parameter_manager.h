@@ -8,6 +8,9 @@
 //   joint     fusion threshold [0, 64] MB and cycle time [1, 100] ms together: four fixed test
 //             points, then Bayesian optimisation (bayesian_optimization.h), for up to
 //             HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES configurations; the best pair is kept;
+//   hierarchical allreduce, then hierarchical allgather (off, then on; only on a job spanning
+//             several hosts with the same number of ranks on each, where the engine built the
+//             hierarchical communicators); each starts from the best configuration so far;
 //   cache     the response cache off, then on;
 //   done      the configuration with the best mean score over all stages is fixed.
 // A variable the user set explicitly is left out of the search (a stage with nothing left to
@@ -42,9 +45,10 @@ class ParameterManager {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `initial`: the parameters every rank starts with. Throws EngineError(INVALID_ARGUMENT) when
-  // the log file cannot be opened.
-  ParameterManager(const Config& config, const TunedParameters& initial);
+  // `initial`: the parameters every rank starts with. `hierarchical`: whether the hierarchical
+  // collectives exist in this job (then the ones the user did not set are searched). Throws
+  // EngineError(INVALID_ARGUMENT) when the log file cannot be opened.
+  ParameterManager(const Config& config, const TunedParameters& initial, bool hierarchical = false);
 
   // Accounts the global set's responses executed in one cycle (only allreduces count). Returns
   // the parameters to publish when the tuner moves on, with `tuning` false for the final ones.
@@ -60,7 +64,7 @@ class ParameterManager {
   static constexpr double kCycleMsLow = 1.0, kCycleMsHigh = 100.0;
 
  private:
-  enum class Stage { WARMUP, INITIAL, JOINT, CACHE, DONE };
+  enum class Stage { WARMUP, INITIAL, JOINT, HIERARCHICAL_ALLREDUCE, HIERARCHICAL_ALLGATHER, CACHE, DONE };
 
   // Scores the parameters in force with `score` and returns the next ones to publish, if any.
   std::optional<TunedParameters> Score(double score);
@@ -78,6 +82,8 @@ class ParameterManager {
   int64_t joint_left_;
   size_t test_points_used_ = 0;
   std::unique_ptr<BayesianOptimization> optimizer_;
+  std::deque<bool> hierarchical_allreduce_values_;
+  std::deque<bool> hierarchical_allgather_values_;
   std::deque<bool> cache_values_;
   Stage stage_ = Stage::WARMUP;
   bool started_ = false;
