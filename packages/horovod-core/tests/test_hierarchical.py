@@ -68,7 +68,7 @@ def _allreduce_suite():
         # Several tensors fused into one buffer, and a 2-D tensor.
         xs = [rank_input(rank, "float32", shape, salt=99) for shape in [(3,), (1000,), (5, 7)]]
         results = adapter.grouped_allreduce(xs, SUM, "h.group", inplace=False)
-        for shape, result in zip([(3,), (1000,), (5, 7)], results):
+        for shape, result in zip([(3,), (1000,), (5, 7)], results, strict=True):
             expected = reference_allreduce([rank_input(r, "float32", shape, salt=99) for r in range(size)], SUM,
                                            1.0, 1.0, "float32")
             assert_equal(result, expected, "float32", f"grouped allreduce {shape}")
@@ -139,7 +139,7 @@ def _random_allreduces(seed_base):
 def test_flat_and_hierarchical_agree(np_, hosts):
     flat = run_ranks(np_, _random_allreduces, 7, hosts=hosts, timeout=300)
     hier = run_ranks(np_, _random_allreduces, 7, env=HIER, hosts=hosts, timeout=300)
-    for (f, fstats), (h, hstats) in zip(flat, hier):
+    for (f, fstats), (h, hstats) in zip(flat, hier, strict=True):
         assert not fstats["hierarchical"] and fstats["hierarchical_allreduces"] == 0
         assert hstats["hierarchical_allreduce"] and hstats["hierarchical_allreduces"] > 0
         assert f.keys() == h.keys()
