@@ -34,20 +34,28 @@ void Check(ncclResult_t status, const char* what) {
   }
 }
 
-// Makes `device` current for the scope and restores the caller's device afterwards (the caller's
-// thread belongs to the framework, which keeps its own current device).
+// Makes `device` current. With `restore` (on a framework's thread, which keeps its own current
+// device) the previous device is made current again at the end of the scope, if it changed. The
+// engine's thread is Horovod's: it keeps the device, since making device 0 current again on a
+// thread that never used it would create a CUDA context there (memory on GPU 0 for every rank).
 class DeviceGuard {
  public:
-  explicit DeviceGuard(int device) {
+  explicit DeviceGuard(int device, bool restore = false) {
     Check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) Check(cudaSetDevice(device), "cudaSetDevice");
+    if (previous_ != device) {
+      Check(cudaSetDevice(device), "cudaSetDevice");
+      restore_ = restore;
+    }
   }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
+  ~DeviceGuard() {
+    if (restore_) cudaSetDevice(previous_);
+  }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
   int previous_ = 0;
+  bool restore_ = false;
 };
 
 ncclDataType_t ToNccl(DataType dtype) {
@@ -197,7 +205,7 @@ class NcclOps : public GpuOps {
   }
 
   GpuEvent RecordEvent(int device, intptr_t stream) override {
-    DeviceGuard guard(device);
+    DeviceGuard guard(device, /*restore=*/true);
     cudaEvent_t event;
     Check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     GpuEvent owned(static_cast<void*>(event), [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
@@ -227,14 +235,10 @@ class NcclOps : public GpuOps {
     void* data = nullptr;
     // A zero-byte result still needs a distinct pointer for DLPack.
     Check(cudaMalloc(&data, bytes == 0 ? 16 : bytes), "cudaMalloc");
-    return std::shared_ptr<void>(data, [device](void* p) {
-      // May run at interpreter exit after the CUDA runtime began unloading; errors are ignored.
-      int previous = 0;
-      if (cudaGetDevice(&previous) != cudaSuccess) return;
-      cudaSetDevice(device);
-      cudaFree(p);
-      cudaSetDevice(previous);
-    });
+    // Freed on whichever thread drops the last reference (usually the framework's); with unified
+    // addressing cudaFree finds the pointer's device itself. It may run at interpreter exit,
+    // after the CUDA runtime began unloading: errors are ignored.
+    return std::shared_ptr<void>(data, [](void* p) { cudaFree(p); });
   }
 
   void* FusionBuffer(int device, size_t bytes) override {
@@ -293,13 +297,10 @@ class NcclOps : public GpuOps {
   void Release() override {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [device, state] : devices_) {
-      int previous = 0;
-      cudaGetDevice(&previous);
       cudaSetDevice(device);
       if (state.stream != nullptr) cudaStreamSynchronize(state.stream);
       if (state.fusion != nullptr) cudaFree(state.fusion);
       if (state.stream != nullptr) cudaStreamDestroy(state.stream);
-      cudaSetDevice(previous);
     }
     devices_.clear();
   }
