@@ -59,7 +59,9 @@ if(_without AND NOT _without STREQUAL "0" AND NOT _without STREQUAL "OFF")
   return()
 endif()
 
-function(_horovod_nccl_missing why)
+# The reason may come in several string arguments; they are joined.
+function(_horovod_nccl_missing)
+  string(JOIN "" why ${ARGN})
   if(_hvd_gpu_required)
     message(FATAL_ERROR "horovod-core: HOROVOD_GPU_OPERATIONS=NCCL was asked for, but ${why}. "
                         "Install the CUDA toolkit (nvcc) and NCCL (`pip install nvidia-nccl-cu13`), or point "

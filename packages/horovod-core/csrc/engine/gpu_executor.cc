@@ -11,11 +11,10 @@ namespace horovod {
 
 namespace {
 
-// Offsets of fused tensors in the device fusion buffer are rounded up to 16 bytes, so that the
-// batched copy kernel moves 16 bytes per load (spec core.md §7, HOROVOD_BATCH_D2D_MEMCOPIES).
+// With batched copies (HOROVOD_BATCH_D2D_MEMCOPIES, default on) offsets of fused tensors in the
+// device fusion buffer are rounded up to 16 bytes, so that the copy kernel moves 16 bytes per
+// load (spec core.md §7); without, tensors lie back to back and each is one cudaMemcpyAsync.
 constexpr size_t kGpuAlignment = 16;
-
-size_t AlignUp(size_t bytes) { return (bytes + kGpuAlignment - 1) / kGpuAlignment * kGpuAlignment; }
 
 }  // namespace
 
@@ -46,6 +45,17 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
       if (gpu_ == nullptr) throw GpuError(why);
     }
     GpuOps& gpu = *gpu_;
+    const bool batched = config_.batch_d2d_memcopies;
+    auto align_up = [batched](size_t bytes) {
+      return batched ? (bytes + kGpuAlignment - 1) / kGpuAlignment * kGpuAlignment : bytes;
+    };
+    auto copy = [&gpu, batched](int on, const std::vector<GpuCopy>& copies) {
+      if (batched) {
+        gpu.BatchedCopy(on, copies);
+      } else {
+        gpu.Copy(on, copies);
+      }
+    };
     // This rank's device: its tensors', or (a joined rank without tensors) its communicator's.
     int device = -1;
     for (auto* e : entries) {
@@ -94,12 +104,12 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
         if (direct) {
           TensorTableEntry& e = *entries[0];
           count = e.input.num_elements();
-          if (e.output.data != e.input.data) gpu.BatchedCopy(device, {{e.input.data, e.output.data, e.input.num_bytes()}});
+          if (e.output.data != e.input.data) copy(device, {{e.input.data, e.output.data, e.input.num_bytes()}});
           buffer = e.output.data;
         } else {
           activity("MEMCPY_IN_FUSION_BUFFER");
           size_t total = 0;
-          for (int64_t n : response.tensor_sizes) total += AlignUp(static_cast<size_t>(n) * element);
+          for (int64_t n : response.tensor_sizes) total += align_up(static_cast<size_t>(n) * element);
           buffer = gpu.FusionBuffer(device, std::max<size_t>(total, kGpuAlignment));
           std::vector<GpuCopy> copies;
           size_t offset = 0;
@@ -111,9 +121,9 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
             } else {
               gpu.Zero(device, slot, bytes);
             }
-            offset += AlignUp(bytes);
+            offset += align_up(bytes);
           }
-          gpu.BatchedCopy(device, copies);
+          copy(device, copies);
           count = static_cast<int64_t>(total / element);
         }
         if (response.prescale_factor != 1.0) gpu.Scale(device, buffer, count, dtype, response.prescale_factor);
@@ -127,9 +137,9 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
           for (size_t i = 0; i < entries.size(); ++i) {
             const size_t bytes = static_cast<size_t>(response.tensor_sizes[i]) * element;
             if (entries[i]) copies.push_back({static_cast<char*>(buffer) + offset, entries[i]->output.data, bytes});
-            offset += AlignUp(bytes);
+            offset += align_up(bytes);
           }
-          gpu.BatchedCopy(device, copies);
+          copy(device, copies);
         }
         break;
       }
@@ -161,7 +171,7 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
         const int root = static_cast<int>(root_it - set.ranks.begin());
         for (auto* e : entries) {
           if (e->output.data != e->input.data && me == root) {
-            gpu.BatchedCopy(device, {{e->input.data, e->output.data, e->input.num_bytes()}});
+            copy(device, {{e->input.data, e->output.data, e->input.num_bytes()}});
           }
           comm.Broadcast(e->output.data, static_cast<int64_t>(e->output.num_bytes()), root);
         }
@@ -216,7 +226,7 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
           const int64_t count = e.input.num_elements();
           activity("MEMCPY_IN_FUSION_BUFFER");
           void* buffer = gpu.FusionBuffer(device, std::max<size_t>(static_cast<size_t>(count) * element, kGpuAlignment));
-          gpu.BatchedCopy(device, {{e.input.data, buffer, static_cast<size_t>(count) * element}});
+          copy(device, {{e.input.data, buffer, static_cast<size_t>(count) * element}});
           if (response.prescale_factor != 1.0) gpu.Scale(device, buffer, count, dtype, response.prescale_factor);
           activity("NCCL_REDUCESCATTER");
           comm.Reducescatter(buffer, count, counts, dtype, op);
@@ -227,7 +237,7 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
           const size_t out_bytes = static_cast<size_t>(counts[me]) * element;
           auto output = std::make_shared<OutputBuffer>(dtype, out_shape, device, gpu.Allocate(device, out_bytes));
           activity("MEMCPY_OUT_FUSION_BUFFER");
-          gpu.BatchedCopy(device, {{mine, output->data(), out_bytes}});
+          copy(device, {{mine, output->data(), out_bytes}});
           outputs[t].push_back(std::move(output));
         }
         break;

@@ -81,6 +81,8 @@ class GpuOps {
   virtual void* FusionBuffer(int device, size_t bytes) = 0;
   // All `copies` in one kernel launch on Horovod's stream.
   virtual void BatchedCopy(int device, const std::vector<GpuCopy>& copies) = 0;
+  // One cudaMemcpyAsync per copy (HOROVOD_BATCH_D2D_MEMCOPIES=0).
+  virtual void Copy(int device, const std::vector<GpuCopy>& copies) = 0;
   virtual void Zero(int device, void* data, size_t bytes) = 0;
   // data[i] *= factor for `count` elements of `dtype` (integers round toward zero, as on the CPU).
   virtual void Scale(int device, void* data, int64_t count, DataType dtype, double factor) = 0;

@@ -263,6 +263,13 @@ class NcclOps : public GpuOps {
     Check(gpu::BatchedCopy(copies.data(), copies.size(), State(device).stream), "the batched copy kernel");
   }
 
+  void Copy(int device, const std::vector<GpuCopy>& copies) override {
+    DeviceGuard guard(device);
+    for (const GpuCopy& c : copies) {
+      Check(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, State(device).stream), "cudaMemcpyAsync");
+    }
+  }
+
   void Zero(int device, void* data, size_t bytes) override {
     DeviceGuard guard(device);
     Check(cudaMemsetAsync(data, 0, bytes, State(device).stream), "cudaMemsetAsync");
