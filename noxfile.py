@@ -1,7 +1,8 @@
 """Every developer task of the monorepo: `nox -s build | lint | demo | bench`, and `nox -t tests`.
 
 `nox -t tests` runs every test session: `tests` (one per package that needs only PyTorch or
-nothing), `tests-tf`, `tests-keras` and `tests-mxnet`, each in its own virtualenv.
+nothing), `tests-tf`, `tests-keras` and `tests-mxnet`, each in its own virtualenv, and `build-gpu`
+(the core with CUDA and NCCL, compiled, linked and checked; its GPU tests skip without a GPU).
 
 Wheels are built into dist/ once per change of a package's sources: next to each wheel lies
 `<package>.sha256`, a hash of the files the wheel is built from, and every session that needs a
@@ -97,10 +98,12 @@ def ensure_wheel(session: nox.Session, package: str) -> None:
         old.unlink()
     # scikit-build-core (the core's backend) keeps its CMake tree in build/<package>, apart from
     # the one a developer's own `pip wheel` in the package folder uses, which it may be writing.
+    # dist/ holds the CPU build whatever the machine has: the GPU variant is build-gpu's.
     session.run(
         "python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(DIST),
         str(ROOT / "packages" / package),
-        env={"SKBUILD_BUILD_DIR": str(ROOT / "build" / package)},
+        env={"SKBUILD_BUILD_DIR": str(ROOT / "build" / package), "HOROVOD_WITHOUT_NCCL": "1",
+             "HOROVOD_GPU_OPERATIONS": ""},
     )
     stamp.write_text(digest + "\n")
 
@@ -157,6 +160,62 @@ def framework_tests(name: str) -> None:
 
 for _name in FRAMEWORK_TESTS:
     framework_tests(_name)
+
+
+GPU_DIST = ROOT / "build" / "gpu-dist"
+# One architecture keeps the CUDA compile short on 2 cores; a release build compiles "80;90".
+GPU_ARCHITECTURES = "90"
+
+
+def cuda_compiler(session: nox.Session) -> str:
+    """nvcc: the toolkit's in /usr/local/cuda, else the PyPI CUDA 13 compiler in this venv."""
+    system = pathlib.Path("/usr/local/cuda/bin/nvcc")
+    if system.is_file():
+        return str(system)
+    session.install("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-cccl")
+    site = pathlib.Path(session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                                    silent=True).strip())
+    found = sorted(site.glob("nvidia/**/bin/nvcc"))
+    if not found:
+        session.error(f"no nvcc in /usr/local/cuda nor in the nvidia-cuda-nvcc wheel under {site}/nvidia")
+    return str(found[0])
+
+
+@nox.session(name="build-gpu", tags=["tests"])
+def build_gpu(session: nox.Session) -> None:
+    """Compile and link the core with CUDA and NCCL (HOROVOD_GPU_OPERATIONS=NCCL) into
+    build/gpu-dist/ (not dist/, whose CPU wheel the other sessions install), install it here and
+    check nccl_built()/cuda_built(); the GPU tests run and skip without a GPU."""
+    system_deps(session)
+    session.install("nvidia-nccl-cu13", "numpy", "pytest", "cloudpickle")
+    site = pathlib.Path(session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                                    silent=True).strip())
+    env = {
+        "HOROVOD_GPU_OPERATIONS": "NCCL",
+        "HOROVOD_NCCL_HOME": str(site / "nvidia" / "nccl"),
+        "CUDACXX": cuda_compiler(session),
+        "CUDAARCHS": GPU_ARCHITECTURES,
+        "SKBUILD_BUILD_DIR": str(ROOT / "build" / "horovod-core-gpu"),
+        # Two compile jobs: CI's machine has 2 cores (ninja would start 4).
+        "CMAKE_BUILD_PARALLEL_LEVEL": "2",
+    }
+    for old in GPU_DIST.glob("*.whl"):
+        old.unlink()
+    session.run("python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(GPU_DIST),
+                str(ROOT / "packages" / "horovod-core"), env=env)
+    wheel = next(GPU_DIST.glob("horovod_core-*.whl"))
+    session.run("python", "-m", "pip", "install", "--force-reinstall", "--no-deps", str(wheel))
+    session.run("python", "-m", "pip", "install", "--no-deps", str(ROOT / "packages" / "horovod-testing"))
+    session.run("python", "-c", (
+        "import re; from horovod.common import _core, util; "
+        "nccl = open(util.__file__.replace('horovod/common/util.py', 'nvidia/nccl/include/nccl.h')).read(); "
+        "code = int(re.search(r'#define NCCL_VERSION_CODE (\\d+)', nccl).group(1)); "
+        "assert util.nccl_built() == code, (util.nccl_built(), code); "
+        "assert util.cuda_built() is True; "
+        "print('nccl_built() =', util.nccl_built(), ' cuda_built() =', util.cuda_built(), "
+        "' gpu:', _core.gpu_error() or 'usable')"))
+    session.chdir(ROOT / "packages" / "horovod-core")
+    session.run("python", "-m", "pytest", "tests/test_gpu.py", "-v", "-rs", *session.posargs)
 
 
 @nox.session

@@ -49,6 +49,8 @@ def parse_args():
                         help='combine updates with Adasum instead of averaging gradients')
     parser.add_argument('--sync-bn', action='store_true',
                         help='add batch normalisation synchronised across ranks')
+    parser.add_argument('--no-cuda', action='store_true',
+                        help='train on the CPU even when a GPU and a Horovod build with NCCL are there')
     parser.add_argument('--checkpoint', default=os.path.join(tempfile.gettempdir(),
                                                              'pytorch_digits.pt'),
                         help='where rank 0 writes the trained model')
@@ -122,14 +124,21 @@ def main():
     hvd.init()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
+    # One GPU per process, the local rank's, when there is one and Horovod was built with NCCL;
+    # otherwise (and with --no-cuda) everything stays on the CPU.
+    device = torch.device('cpu')
+    if not args.no_cuda and torch.cuda.is_available() and hvd.cuda_built():
+        torch.cuda.set_device(hvd.local_rank())
+        device = torch.device('cuda', hvd.local_rank())
 
-    x_train, x_test, y_train, y_test = load_data(args.seed)
+    x_train, x_test, y_train, y_test = (t.to(device) for t in load_data(args.seed))
     # Each rank trains on every size-th example, starting at its rank.
     x_shard, y_shard = x_train[hvd.rank()::hvd.size()], y_train[hvd.rank()::hvd.size()]
 
     model = Net(batch_norm=args.sync_bn)
     if args.sync_bn:
         model = hvd.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = model.to(device)
     if args.use_adasum:
         check_adasum()
     # Averaged gradients over size() ranks act like a size() times larger batch, hence the
@@ -150,7 +159,7 @@ def main():
     generator = torch.Generator().manual_seed(args.seed + hvd.rank())
     for epoch in range(1, args.epochs + 1):
         model.train()
-        order = torch.randperm(len(x_shard), generator=generator)
+        order = torch.randperm(len(x_shard), generator=generator).to(device)
         for step in range(steps):
             index = order[step * args.batch_size:(step + 1) * args.batch_size]
             optimizer.zero_grad()

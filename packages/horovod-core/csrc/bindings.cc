@@ -17,6 +17,7 @@
 #include "engine/backend.h"
 #include "engine/config.h"
 #include "engine/engine.h"
+#include "engine/gpu_ops.h"
 
 namespace nb = nanobind;
 using namespace horovod;
@@ -134,12 +135,19 @@ TensorView ToTensorView(nb::handle object, const char* what) {
                            "protocol; got " + nb::type_name(object.type()).c_str() + ".")
                               .c_str());
   }
-  if (array.device_type() != nb::device::cpu::value) {
-    throw nb::value_error((std::string(what) + " is on a GPU device; this build of Horovod supports CPU tensors "
-                           "only (GPU tensors need a build with NCCL).")
+  TensorView view;
+  if (array.device_type() == nb::device::cuda::value && NcclVersionBuilt() != 0) {
+    view.device = array.device_id();
+  } else if (array.device_type() != nb::device::cpu::value) {
+    if (NcclVersionBuilt() == 0) {
+      throw nb::value_error((std::string(what) + " is on a GPU device; this build of Horovod supports CPU tensors "
+                             "only (GPU tensors need a build with NCCL).")
+                                .c_str());
+    }
+    throw nb::value_error((std::string(what) + " is on DLPack device type " + std::to_string(array.device_type()) +
+                           "; Horovod supports CPU and CUDA tensors only.")
                               .c_str());
   }
-  TensorView view;
   view.dtype = ToDataType(array.dtype());
   view.data = array.data();
   // Strides are irrelevant for empty tensors and for dimensions of size 1.
@@ -202,8 +210,40 @@ TensorTableEntry MakeEntry(const std::string& name, const TensorView& input, con
   return entry;
 }
 
+// GPU tensors: records the ready event of each on the framework's `stream` (gpu_ops.h), loading
+// the NCCL plugin on first use. Nothing happens for CPU tensors.
+void AttachStream(std::vector<TensorTableEntry>& entries, intptr_t stream) {
+  for (TensorTableEntry& entry : entries) {
+    if (entry.input.device == kCpuDevice) continue;
+    std::string why;
+    GpuOps* gpu = LoadGpuOps(&why);
+    if (gpu == nullptr) TranslateStatus(Status::PreconditionError("Cannot run '" + entry.name + "' on a GPU: " + why + "."));
+    entry.stream = stream;
+    try {
+      entry.ready_event = gpu->RecordEvent(entry.input.device, stream);
+    } catch (const std::exception& e) {
+      TranslateStatus(Status::PreconditionError(e.what()));
+    }
+  }
+}
+
+// NCCL reduces these types only (it has no int16, uint16 or bool reductions).
+void CheckGpuReduction(const TensorView& view, const char* op) {
+  if (view.device == kCpuDevice) return;
+  switch (view.dtype) {
+    case DataType::UINT8: case DataType::INT8: case DataType::INT32: case DataType::INT64: case DataType::FLOAT16:
+    case DataType::BFLOAT16: case DataType::FLOAT32: case DataType::FLOAT64:
+      return;
+    default:
+      throw nb::value_error((std::string(op) + " of " + DataTypeName(view.dtype) + " GPU tensors is not supported "
+                             "(NCCL reduces uint8, int8, int32, int64, float16, bfloat16, float32 and float64).")
+                                .c_str());
+  }
+}
+
 void EnqueueChecked(Engine& engine, int32_t process_set_id, int64_t handle, std::vector<Request> requests,
-                    std::vector<TensorTableEntry> entries) {
+                    std::vector<TensorTableEntry> entries, intptr_t stream = 0) {
+  AttachStream(entries, stream);
   try {
     engine.Enqueue(process_set_id, handle, std::move(requests), std::move(entries));
   } catch (const EngineError& e) {
@@ -213,7 +253,7 @@ void EnqueueChecked(Engine& engine, int32_t process_set_id, int64_t handle, std:
 
 void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequence& outputs,
                       const std::vector<std::string>& names, int32_t op, double prescale, double postscale,
-                      int32_t process_set_id) {
+                      int32_t process_set_id, intptr_t stream) {
   std::shared_ptr<Engine> engine = RequireEngine();
   std::vector<TensorView> in = ToTensorViews(inputs, "allreduce input");
   // An output that is its input (in place) is imported once: DLPack export is not free.
@@ -243,6 +283,9 @@ void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequ
                                                 "job has " + std::to_string(size) + " (non-power-of-2 ranks unsupported)."));
     }
     for (const TensorView& v : in) {
+      if (v.device != kCpuDevice) {
+        TranslateStatus(Status::PreconditionError("Adasum is not supported on GPU tensors by this build of Horovod."));
+      }
       if (v.dtype != DataType::FLOAT16 && v.dtype != DataType::FLOAT32 && v.dtype != DataType::FLOAT64) {
         throw nb::value_error(("Adasum supports float16, float32 and float64 tensors; got " +
                                std::string(DataTypeName(v.dtype)) + ".").c_str());
@@ -256,6 +299,10 @@ void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequ
     if (out[i].dtype != in[i].dtype || out[i].shape != in[i].shape) {
       throw nb::value_error(("allreduce output for '" + names[i] + "' must have the input's dtype and shape").c_str());
     }
+    if (out[i].device != in[i].device) {
+      throw nb::value_error(("allreduce output for '" + names[i] + "' must be on the input's device").c_str());
+    }
+    CheckGpuReduction(in[i], "allreduce");
     if (in[i].dtype == DataType::BOOL && (prescale != 1.0 || postscale != 1.0 ||
                                           op == static_cast<int32_t>(ReduceOp::AVERAGE))) {
       throw nb::value_error("bool tensors support allreduce with Sum, Min, Max or Product and no scaling only");
@@ -267,11 +314,11 @@ void EnqueueAllreduce(int64_t handle, const nb::sequence& inputs, const nb::sequ
     requests.push_back(std::move(request));
     entries.push_back(MakeEntry(names[i], in[i], out[i]));
   }
-  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries));
+  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries), stream);
 }
 
 void EnqueueAllgather(int64_t handle, const nb::sequence& inputs, const std::vector<std::string>& names,
-                      int32_t process_set_id) {
+                      int32_t process_set_id, intptr_t stream) {
   std::shared_ptr<Engine> engine = RequireEngine();
   std::vector<TensorView> in = ToTensorViews(inputs, "allgather input");
   CheckNames(names, in.size());
@@ -282,11 +329,11 @@ void EnqueueAllgather(int64_t handle, const nb::sequence& inputs, const std::vec
     requests.push_back(MakeRequest(RequestType::ALLGATHER, in[i], names[i], group_id));
     entries.push_back(MakeEntry(names[i], in[i], TensorView()));
   }
-  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries));
+  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries), stream);
 }
 
 void EnqueueBroadcast(int64_t handle, const nb::sequence& tensors, const std::vector<std::string>& names,
-                      int32_t root_rank, int32_t process_set_id) {
+                      int32_t root_rank, int32_t process_set_id, intptr_t stream) {
   std::shared_ptr<Engine> engine = RequireEngine();
   std::vector<TensorView> views = ToTensorViews(tensors, "broadcast tensor");
   CheckNames(names, views.size());
@@ -298,7 +345,7 @@ void EnqueueBroadcast(int64_t handle, const nb::sequence& tensors, const std::ve
     requests.push_back(std::move(request));
     entries.push_back(MakeEntry(names[i], views[i], views[i]));
   }
-  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries));
+  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries), stream);
 }
 
 // splits: None, a sequence of ints, or a 1-D int32 DLPack array.
@@ -332,7 +379,7 @@ std::vector<int64_t> ToSplits(nb::handle splits) {
 }
 
 void EnqueueAlltoall(int64_t handle, nb::handle tensor, nb::handle splits, const std::string& name,
-                     int32_t process_set_id) {
+                     int32_t process_set_id, intptr_t stream) {
   std::shared_ptr<Engine> engine = RequireEngine();
   // A scalar is refused at negotiation, like a scalar allgather (spec core.md §6.11).
   TensorView view = ToTensorView(tensor, "alltoall input");
@@ -340,11 +387,11 @@ void EnqueueAlltoall(int64_t handle, nb::handle tensor, nb::handle splits, const
   request.splits = ToSplits(splits);
   std::vector<Request> requests{request};
   std::vector<TensorTableEntry> entries{MakeEntry(name, view, TensorView())};
-  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries));
+  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries), stream);
 }
 
 void EnqueueReducescatter(int64_t handle, const nb::sequence& inputs, const std::vector<std::string>& names,
-                          int32_t op, double prescale, double postscale, int32_t process_set_id) {
+                          int32_t op, double prescale, double postscale, int32_t process_set_id, intptr_t stream) {
   std::shared_ptr<Engine> engine = RequireEngine();
   if (op != static_cast<int32_t>(ReduceOp::AVERAGE) && op != static_cast<int32_t>(ReduceOp::SUM)) {
     TranslateStatus(Status::Aborted("Reducescatter supports only the Average and Sum reduce ops; got op " +
@@ -357,6 +404,7 @@ void EnqueueReducescatter(int64_t handle, const nb::sequence& inputs, const std:
   std::vector<TensorTableEntry> entries;
   for (size_t i = 0; i < in.size(); ++i) {
     if (in[i].dtype == DataType::BOOL) throw nb::value_error("reducescatter does not support bool tensors.");
+    CheckGpuReduction(in[i], "reducescatter");
     Request request = MakeRequest(RequestType::REDUCESCATTER, in[i], names[i], group_id);
     request.reduce_op = static_cast<ReduceOp>(op);
     request.prescale_factor = prescale;
@@ -364,7 +412,7 @@ void EnqueueReducescatter(int64_t handle, const nb::sequence& inputs, const std:
     requests.push_back(std::move(request));
     entries.push_back(MakeEntry(names[i], in[i], TensorView()));
   }
-  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries));
+  EnqueueChecked(*engine, process_set_id, handle, std::move(requests), std::move(entries), stream);
 }
 
 // Barrier, join and process set registration: one request without a tensor.
@@ -397,8 +445,10 @@ nb::object OutputToPython(const std::shared_ptr<OutputBuffer>& output) {
   std::vector<size_t> shape(output->shape().begin(), output->shape().end());
   // array_api: a nanobind.nb_ndarray object with __dlpack__/__dlpack_device__ that any framework's
   // from_dlpack wraps without a copy.
+  const bool on_gpu = output->device() != kCpuDevice;
   nb::ndarray<nb::array_api> array(output->data(), shape.size(), shape.data(), capsule, nullptr,
-                                   ToDLPack(output->dtype()), nb::device::cpu::value);
+                                   ToDLPack(output->dtype()), on_gpu ? nb::device::cuda::value : nb::device::cpu::value,
+                                   on_gpu ? output->device() : 0);
   return nb::cast(array);
 }
 
@@ -528,6 +578,13 @@ NB_MODULE(_core, m) {
   m.doc() = "The compiled Horovod engine. Use horovod.common, not this module.";
 
   m.def("built_backends", &BackendRegistry::Names, "Names of the backends compiled into this build.");
+  m.def("nccl_built", &NcclVersionBuilt, "NCCL's version code this build was compiled with (e.g. 23203), 0 without NCCL.");
+  m.def("cuda_built", &CudaBuilt, "Whether this build has CUDA support (its NCCL plugin).");
+  m.def("gpu_error", [] {
+    std::string why;
+    return LoadGpuOps(&why) != nullptr ? std::string() : why;
+  }, "Why GPU tensors cannot be used in this process (\"\" when they can). Loads the NCCL plugin and initialises "
+     "CUDA on first call.");
   m.def("parse_config", [](const std::map<std::string, std::string>& env) {
     try {
       Config c = ParseConfig(env);
@@ -572,15 +629,16 @@ NB_MODULE(_core, m) {
   m.def("new_handle", [] { return RequireEngine()->NewHandle(); });
   m.def("enqueue_allreduce", &EnqueueAllreduce, nb::arg("handle"), nb::arg("inputs"), nb::arg("outputs"),
         nb::arg("names"), nb::arg("op"), nb::arg("prescale_factor"), nb::arg("postscale_factor"),
-        nb::arg("process_set_id"));
+        nb::arg("process_set_id"), nb::arg("stream") = 0);
   m.def("enqueue_allgather", &EnqueueAllgather, nb::arg("handle"), nb::arg("inputs"), nb::arg("names"),
-        nb::arg("process_set_id"));
+        nb::arg("process_set_id"), nb::arg("stream") = 0);
   m.def("enqueue_broadcast", &EnqueueBroadcast, nb::arg("handle"), nb::arg("tensors"), nb::arg("names"),
-        nb::arg("root_rank"), nb::arg("process_set_id"));
+        nb::arg("root_rank"), nb::arg("process_set_id"), nb::arg("stream") = 0);
   m.def("enqueue_alltoall", &EnqueueAlltoall, nb::arg("handle"), nb::arg("tensor"), nb::arg("splits").none(),
-        nb::arg("name"), nb::arg("process_set_id"));
+        nb::arg("name"), nb::arg("process_set_id"), nb::arg("stream") = 0);
   m.def("enqueue_reducescatter", &EnqueueReducescatter, nb::arg("handle"), nb::arg("inputs"), nb::arg("names"),
-        nb::arg("op"), nb::arg("prescale_factor"), nb::arg("postscale_factor"), nb::arg("process_set_id"));
+        nb::arg("op"), nb::arg("prescale_factor"), nb::arg("postscale_factor"), nb::arg("process_set_id"),
+        nb::arg("stream") = 0);
   m.def("enqueue_barrier", [](int64_t handle, int32_t process_set_id) {
     EnqueueControl(handle, RequestType::BARRIER, "barrier.noname", {}, process_set_id);
   }, nb::arg("handle"), nb::arg("process_set_id"));

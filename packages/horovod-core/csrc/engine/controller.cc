@@ -12,7 +12,7 @@ namespace horovod {
 
 namespace {
 
-std::string DeviceName(int32_t device) { return device == kCpuDevice ? "CPU" : "GPU " + std::to_string(device); }
+std::string DeviceName(int32_t device) { return device == kCpuDevice ? "CPU" : "GPU"; }
 
 bool Among(RequestType type, std::initializer_list<RequestType> types) {
   return std::find(types.begin(), types.end(), type) != types.end();
@@ -127,8 +127,9 @@ std::string FindMismatch(const std::vector<Request>& requests, bool any_joined, 
       }
     }
   }
+  // The kind of device only: each rank uses its own GPU (usually its local rank's).
   for (const Request& r : requests) {
-    if (r.device != first.device) {
+    if ((r.device == kCpuDevice) != (first.device == kCpuDevice)) {
       err << "Mismatched " << op << " CPU/GPU device selection: one rank specified device " << DeviceName(first.device)
           << ", but another rank specified device " << DeviceName(r.device) << " (tensor " << first.name << ").";
       return err.str();

@@ -576,6 +576,10 @@ void Engine::BackgroundLoop() {
       idle = (progress_ || waiting) ? 0 : idle + 1;
     }
     status = Status::UnknownError(exit_reason_.empty() ? kShutdownMessage : exit_reason_);
+  } catch (const GpuError& e) {
+    status = Status::UnknownError(std::string("Horovod stopped on a GPU error; every pending and later collective "
+                                              "operation fails. Cause: ") + e.what());
+    HVD_LOG(ERROR) << status.reason();
   } catch (const std::logic_error& e) {
     status = Status::UnknownError(std::string("Horovod stopped on an internal error (please report it): ") + e.what());
     HVD_LOG(ERROR) << status.reason();
@@ -596,9 +600,12 @@ void Engine::BackgroundLoop() {
   // Close every connection now, so that peers blocked on this rank fail at once instead of
   // waiting for their timeout.
   for (auto& set : sets) {
+    set->gpu_communicator.reset();
     set->controller.reset();
     set->backend.reset();
   }
+  // CUDA resources go on this thread, before the interpreter exits (spec: shutdown runs at exit).
+  if (gpu_ != nullptr) gpu_->Release();
 }
 
 bool Engine::RunCycle() {
@@ -700,32 +707,37 @@ void Engine::Perform(ProcessSet& set, const Response& response) {
   int64_t value = 0;
   bool has_value = false;
   try {
-    switch (response.type) {
-      case ResponseType::ALLREDUCE:
-      case ResponseType::ADASUM: PerformAllreduce(set, response, entries); break;
-      case ResponseType::ALLGATHER: PerformAllgather(set, response, entries, outputs); break;
-      case ResponseType::BROADCAST: PerformBroadcast(set, response, entries); break;
-      case ResponseType::ALLTOALL: PerformAlltoall(set, response, entries, outputs); break;
-      case ResponseType::REDUCESCATTER: PerformReducescatter(set, response, entries, outputs); break;
-      case ResponseType::BARRIER:
-        if (record) timeline_.ActivityStart(response.names[0], Activity("BARRIER").c_str());
-        set.backend->Barrier();
-        if (record) timeline_.ActivityEnd(response.names[0]);
-        break;
-      case ResponseType::JOIN:
-        value = response.tensor_sizes[0];
-        has_value = true;
-        break;
-      case ResponseType::ADD_PROCESS_SET:
-        value = PerformAddProcessSet(response);
-        has_value = true;
-        break;
-      case ResponseType::REMOVE_PROCESS_SET:
-        value = PerformRemoveProcessSet(response);
-        has_value = true;
-        break;
-      default:
-        throw std::logic_error(std::string("no executor for ") + ResponseTypeName(response.type));
+    // Only tensor operations carry a GPU device (control requests are made with kCpuDevice).
+    if (response.device != kCpuDevice) {
+      PerformGpu(set, response, entries, outputs);
+    } else {
+      switch (response.type) {
+        case ResponseType::ALLREDUCE:
+        case ResponseType::ADASUM: PerformAllreduce(set, response, entries); break;
+        case ResponseType::ALLGATHER: PerformAllgather(set, response, entries, outputs); break;
+        case ResponseType::BROADCAST: PerformBroadcast(set, response, entries); break;
+        case ResponseType::ALLTOALL: PerformAlltoall(set, response, entries, outputs); break;
+        case ResponseType::REDUCESCATTER: PerformReducescatter(set, response, entries, outputs); break;
+        case ResponseType::BARRIER:
+          if (record) timeline_.ActivityStart(response.names[0], Activity("BARRIER").c_str());
+          set.backend->Barrier();
+          if (record) timeline_.ActivityEnd(response.names[0]);
+          break;
+        case ResponseType::JOIN:
+          value = response.tensor_sizes[0];
+          has_value = true;
+          break;
+        case ResponseType::ADD_PROCESS_SET:
+          value = PerformAddProcessSet(response);
+          has_value = true;
+          break;
+        case ResponseType::REMOVE_PROCESS_SET:
+          value = PerformRemoveProcessSet(response);
+          has_value = true;
+          break;
+        default:
+          throw std::logic_error(std::string("no executor for ") + ResponseTypeName(response.type));
+      }
     }
   } catch (const std::exception& e) {
     // The failure ends the engine (BackgroundLoop); these entries are no longer in the queue, so

@@ -36,6 +36,7 @@
 #include "config.h"
 #include "controller.h"
 #include "fusion.h"
+#include "gpu_ops.h"
 #include "store.h"
 #include "tensor_queue.h"
 #include "timeline.h"
@@ -52,6 +53,9 @@ struct ProcessSet {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Controller> controller;
   TensorQueue queue;
+  // The NCCL communicator of the members, created by the first GPU operation on the set
+  // (background thread only).
+  std::unique_ptr<GpuCommunicator> gpu_communicator;
 };
 
 class Engine {
@@ -140,6 +144,11 @@ class Engine {
                        std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs);
   void PerformReducescatter(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
                             std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs);
+  // GPU tensors (gpu_executor.cc): the same operations through the NCCL plugin. Errors of CUDA
+  // or NCCL are thrown as GpuError.
+  void PerformGpu(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
+                  std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs);
+  GpuCommunicator& Communicator(ProcessSet& set, int device);
   // Autotune: puts `parameters` in force on this rank (every controller, the cycle time).
   void ApplyParameters(const TunedParameters& parameters);
   size_t CacheCapacity(const TunedParameters& parameters) const;
@@ -162,6 +171,7 @@ class Engine {
   std::shared_ptr<HierarchicalState> hierarchical_;
   int num_hosts_ = 1;
   FusionBuffer fusion_buffer_;
+  GpuOps* gpu_ = nullptr;  // the NCCL plugin, once a GPU tensor was executed (background thread only)
   Timeline timeline_;
   bool timeline_enabled_ = false;
   // Host name and pid of every global rank.

@@ -17,7 +17,12 @@ OutputBuffer::OutputBuffer(DataType dtype, std::vector<int64_t> shape) : dtype_(
   if (data_ == nullptr) throw std::bad_alloc();
 }
 
-OutputBuffer::~OutputBuffer() { std::free(data_); }
+OutputBuffer::OutputBuffer(DataType dtype, std::vector<int64_t> shape, int32_t device, std::shared_ptr<void> memory)
+    : data_(memory.get()), dtype_(dtype), shape_(std::move(shape)), device_(device), device_memory_(std::move(memory)) {}
+
+OutputBuffer::~OutputBuffer() {
+  if (!device_memory_) std::free(data_);
+}
 
 void HandleState::Complete(size_t index, const Status& status, std::vector<std::shared_ptr<OutputBuffer>> outputs) {
   {

@@ -25,23 +25,29 @@ struct TensorView {
   size_t num_bytes() const { return static_cast<size_t>(num_elements()) * DataTypeSize(dtype); }
 };
 
-// A 64-byte aligned buffer the engine allocates for outputs whose shape is known only after
-// negotiation (allgather). It is handed to Python through DLPack and freed with its last owner.
+// A buffer the engine allocates for outputs whose shape is known only after negotiation
+// (allgather, alltoall, reducescatter): 64-byte aligned host memory, or device memory of a GPU
+// (from GpuOps::Allocate). It is handed to Python through DLPack and freed with its last owner.
 class OutputBuffer {
  public:
   OutputBuffer(DataType dtype, std::vector<int64_t> shape);
+  // Device memory `memory` of GPU `device`, at least num_bytes() long.
+  OutputBuffer(DataType dtype, std::vector<int64_t> shape, int32_t device, std::shared_ptr<void> memory);
   ~OutputBuffer();
   OutputBuffer(const OutputBuffer&) = delete;
   OutputBuffer& operator=(const OutputBuffer&) = delete;
   void* data() const { return data_; }
   DataType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }
+  int32_t device() const { return device_; }
   size_t num_bytes() const { return static_cast<size_t>(NumElements(shape_)) * DataTypeSize(dtype_); }
 
  private:
   void* data_ = nullptr;
   DataType dtype_;
   std::vector<int64_t> shape_;
+  int32_t device_ = kCpuDevice;
+  std::shared_ptr<void> device_memory_;
 };
 
 // Completion state of one handle, covering one tensor or a group submitted together. Completed by
@@ -78,6 +84,10 @@ struct TensorTableEntry {
   TensorView output;  // caller-provided output (may alias input); empty for allgather
   std::shared_ptr<HandleState> handle;
   size_t index = 0;  // position within the handle's group
+  // GPU tensors: the framework's stream (a cudaStream_t) and the event recorded on it when the
+  // tensor was submitted (gpu_ops.h). Unused for CPU tensors.
+  intptr_t stream = 0;
+  std::shared_ptr<void> ready_event;
 };
 
 // Requests submitted since the last cycle plus every entry not yet executed, keyed by name.

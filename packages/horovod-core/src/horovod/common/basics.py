@@ -257,8 +257,10 @@ class HorovodBasics:
         return "gloo" in _core.built_backends()
 
     def nccl_built(self):
-        """NCCL version code when built with NCCL, else 0."""
-        return 0
+        """NCCL's version code (an int, ``major*10000 + minor*100 + patch``, e.g. 23203 for
+        2.32.3) that this build was compiled against, or 0 when built without NCCL. Answers
+        without loading CUDA or NCCL."""
+        return _core.nccl_built()
 
     def ddl_built(self):
         return False
@@ -267,7 +269,8 @@ class HorovodBasics:
         return False
 
     def cuda_built(self):
-        return False
+        """Whether this build has CUDA support (GPU tensors through NCCL)."""
+        return _core.cuda_built()
 
     def rocm_built(self):
         return False

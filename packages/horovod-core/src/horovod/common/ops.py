@@ -2,8 +2,15 @@
 
 Every ``*_async`` function queues an operation in the engine and returns its handle at once;
 ``wait`` blocks (with the GIL released) until it is done. Tensors are used in place, without
-copies: they must be C-contiguous, on the CPU, and stay alive until the handle is waited on (this
-module keeps a reference until then).
+copies: they must be C-contiguous, on the CPU or (builds with NCCL) on a CUDA device, and stay
+alive until the handle is waited on (this module keeps a reference until then).
+
+GPU tensors: ``stream`` is the framework's current CUDA stream of the tensor's device, as an int
+(``torch.cuda.current_stream(device).cuda_stream``; 0 is the legacy default stream). The core
+records an event on it at submission and reads the tensor only after that event; before the
+handle completes it makes ``stream`` wait for the collective, so work queued on ``stream`` after
+``wait`` returns sees the result. Outputs the engine allocates are on the input's device.
+``stream`` is ignored for CPU tensors.
 
 ``process_set_id`` selects the process set (0: the global set, every rank). Tensor names are
 matched across the ranks of that set; ``root_rank`` is always a global rank.
@@ -27,7 +34,7 @@ def new_handle():
 
 
 def allreduce_async(handle, inputs, outputs, names, op, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set_id=0):
+                    process_set_id=0, stream=0):
     """Queues an allreduce of ``inputs`` (a group, negotiated and executed together, when there
     are several) into ``outputs`` (``outputs[i]`` may be ``inputs[i]``: in place).
 
@@ -36,31 +43,31 @@ def allreduce_async(handle, inputs, outputs, names, op, prescale_factor=1.0, pos
     outputs must match in dtype and shape. A rank that has joined contributes zeros. Returns
     ``handle``; ``wait`` returns ``[None] * len(inputs)``."""
     _core.enqueue_allreduce(handle, inputs, outputs, names, op, prescale_factor, postscale_factor,
-                            process_set_id)
+                            process_set_id, stream)
     _in_flight[handle] = (inputs, outputs)
     return handle
 
 
-def allgather_async(handle, inputs, names, process_set_id=0):
+def allgather_async(handle, inputs, names, process_set_id=0, stream=0):
     """Queues an allgather of each input (a group when there are several): the ranks' tensors
     concatenated along dimension 0 in set-rank order (first dimensions may differ between ranks;
     the others must agree; scalars are refused at negotiation). ``wait`` returns one
     engine-allocated array per input. Returns ``handle``."""
-    _core.enqueue_allgather(handle, inputs, names, process_set_id)
+    _core.enqueue_allgather(handle, inputs, names, process_set_id, stream)
     _in_flight[handle] = (inputs,)
     return handle
 
 
-def broadcast_async(handle, tensors, names, root_rank, process_set_id=0):
+def broadcast_async(handle, tensors, names, root_rank, process_set_id=0, stream=0):
     """Queues a broadcast of the root's ``tensors`` into the other ranks' ``tensors`` (in place;
     the root's data is unchanged). ``root_rank`` is a global rank and must belong to the set.
     Returns ``handle``; ``wait`` returns ``[None] * len(tensors)``."""
-    _core.enqueue_broadcast(handle, tensors, names, root_rank, process_set_id)
+    _core.enqueue_broadcast(handle, tensors, names, root_rank, process_set_id, stream)
     _in_flight[handle] = (tensors,)
     return handle
 
 
-def alltoall_async(handle, tensor, splits, name, process_set_id=0):
+def alltoall_async(handle, tensor, splits, name, process_set_id=0, stream=0):
     """Queues an alltoall of ``tensor`` (ndim >= 1) along dimension 0 (spec core.md §6.6).
 
     Args:
@@ -71,19 +78,19 @@ def alltoall_async(handle, tensor, splits, name, process_set_id=0):
     ``wait`` returns ``[output, received_splits]``: the received blocks concatenated in sender
     order, and a 1-D int32 array of the rows received from each member. Raises ValueError at once
     for invalid splits. Returns ``handle``."""
-    _core.enqueue_alltoall(handle, tensor, splits, name, process_set_id)
+    _core.enqueue_alltoall(handle, tensor, splits, name, process_set_id, stream)
     _in_flight[handle] = (tensor, splits)
     return handle
 
 
 def reducescatter_async(handle, inputs, names, op, prescale_factor=1.0, postscale_factor=1.0,
-                        process_set_id=0):
+                        process_set_id=0, stream=0):
     """Queues a reducescatter of each input (a group when there are several): the element-wise
     reduction (``op``: Average (0) or Sum (1); any other op raises HorovodInternalError at once)
     split along dimension 0, set member ``r`` receiving ``dim0 // n + (r < dim0 % n)`` rows.
     ``wait`` returns one engine-allocated array per input. Returns ``handle``."""
     _core.enqueue_reducescatter(handle, inputs, names, op, prescale_factor, postscale_factor,
-                                process_set_id)
+                                process_set_id, stream)
     _in_flight[handle] = (inputs,)
     return handle
 

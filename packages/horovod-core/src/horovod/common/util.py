@@ -64,8 +64,16 @@ def mpi_built(verbose=False):
 
 @_cache
 def nccl_built(verbose=False):
-    """NCCL version code when the engine was built with NCCL, else 0."""
-    return 0
+    """NCCL's version code (e.g. 23203 for 2.32.3) when the engine was built with NCCL, else 0."""
+    from horovod.common import _core
+    return _core.nccl_built()
+
+
+@_cache
+def cuda_built(verbose=False):
+    """Whether the engine was built with CUDA (its NCCL plugin)."""
+    from horovod.common import _core
+    return _core.cuda_built()
 
 
 @_cache
@@ -80,8 +88,26 @@ def ccl_built(verbose=False):
 
 @_cache
 def gpu_available(ext_base_name, verbose=False):
-    """Whether GPU tensors can be used: not in this CPU-only build."""
-    return False
+    """Whether GPU tensors of ``ext_base_name`` ('tensorflow', 'torch' or 'mxnet') can be used:
+    the framework package is installed, Horovod was built with NCCL, and its NCCL plugin loads
+    and sees a CUDA device. The plugin is tried in a child process (CUDA initialised in this
+    process would not survive a later fork), so the first call takes about a second on a GPU
+    build; a CPU-only build answers False at once."""
+    if not extension_available(ext_base_name):
+        return False
+    if not cuda_built():
+        return False
+    import subprocess
+    import sys
+    probe = "from horovod.common import _core; print(_core.gpu_error())"
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    available = done.returncode == 0 and done.stdout.strip() == ""
+    if verbose and not available:
+        print(f"Horovod cannot use GPU tensors: {done.stdout.strip() or done.stderr.strip()}")
+    return available
 
 
 @contextlib.contextmanager

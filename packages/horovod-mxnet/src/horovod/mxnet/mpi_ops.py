@@ -76,9 +76,12 @@ def shutdown():
     Safe to call when Horovod is not running; ``init()`` may be called again afterwards, and
     then names unnamed operations as a fresh process does.
     """
+    # The engine may still be writing into a pending operation's arrays until its shutdown
+    # returns; only then may the references that keep them alive go.
+    result = _basics.shutdown()
     _in_flight.clear()
     _noname_counters.clear()
-    return _basics.shutdown()
+    return result
 
 
 def _check_array(tensor, dtypes, op_name):

@@ -60,9 +60,12 @@ def init(*args, **kwargs):
 def shutdown(*args, **kwargs):
     """Stops Horovod in this process; pending operations on every rank fail. Safe when Horovod
     is not running; ``init()`` may be called again afterwards."""
+    # The engine may still be writing into a pending operation's tensors until its shutdown
+    # returns; only then may the references that keep them alive go.
+    result = _basics.shutdown(*args, **kwargs)
     _engine.clear()
     _noname_counters.clear()
-    return _basics.shutdown(*args, **kwargs)
+    return result
 
 
 def _normalize_name(name):

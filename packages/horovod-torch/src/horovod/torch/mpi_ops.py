@@ -8,6 +8,10 @@ Threading: the ``*_async*`` functions and :func:`synchronize` run on the caller'
 collective itself runs on the engine's background thread. A tensor passed to an asynchronous
 call must not be modified or freed by the caller until its handle has been synchronized; this
 module keeps a reference to it in ``_handle_map`` until then.
+
+CUDA tensors (a horovod-core built with NCCL, docs/gpu.md): the collective runs on the GPU, ordered
+after the work queued on the tensor's current CUDA stream when it was submitted; the results are
+ready for work queued on that stream once :func:`synchronize` returns.
 """
 
 from horovod.common import ops as _ops
@@ -53,18 +57,25 @@ def shutdown(*args, **kwargs):
 
     Safe to call when Horovod is not running; ``init()`` may be called again afterwards.
     """
+    # The engine may still be writing into a pending operation's tensors until its shutdown
+    # returns; only then may the references that keep them alive go.
+    result = _basics.shutdown(*args, **kwargs)
     _handle_map.clear()
     _noname_counters.clear()
-    return _basics.shutdown(*args, **kwargs)
+    return result
 
 
 def _check_tensor(tensor, allowed_dtypes, op_name):
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f'{op_name} expects a torch.Tensor, got {type(tensor).__name__}.')
-    if not tensor.is_cpu:
-        raise ValueError(f'{op_name} got a tensor on device {tensor.device}: this release of '
-                         'horovod.torch handles CPU tensors only; GPU tensors need a build with '
-                         'NCCL, which comes in a later release. Move the tensor with .cpu().')
+    if not tensor.is_cpu and not (tensor.is_cuda and _cuda_built()):
+        if tensor.is_cuda:
+            raise ValueError(f'{op_name} got a tensor on device {tensor.device}: this build of '
+                             'Horovod has no NCCL support, so it handles CPU tensors only. '
+                             'Reinstall horovod-core with HOROVOD_GPU_OPERATIONS=NCCL, or move '
+                             'the tensor with .cpu().')
+        raise ValueError(f'{op_name} got a tensor on device {tensor.device}: Horovod handles CPU '
+                         'tensors, and CUDA (GPU) tensors in builds with NCCL, only.')
     if tensor.layout != torch.strided:
         raise ValueError(f'{op_name} expects a dense tensor, got layout {tensor.layout}.')
     if tensor.dtype not in allowed_dtypes:
@@ -73,6 +84,26 @@ def _check_tensor(tensor, allowed_dtypes, op_name):
                          f'(dtype {tensor.dtype}); supported dtypes: {supported}.')
     if not tensor.is_contiguous():
         raise ValueError(f'{op_name}: tensor must be contiguous (call .contiguous() first).')
+
+
+def _cuda_built():
+    global _CUDA_BUILT
+    if _CUDA_BUILT is None:
+        _CUDA_BUILT = bool(cuda_built())
+    return _CUDA_BUILT
+
+
+_CUDA_BUILT = None
+
+
+def _stream(tensors):
+    """The current CUDA stream of the device of ``tensors`` (a list) as an int, for the core to
+    order its work after (see horovod.common.ops); 0 for CPU tensors, which never touch
+    torch.cuda."""
+    first = tensors[0]
+    if not first.is_cuda:
+        return 0
+    return torch.cuda.current_stream(first.device).cuda_stream
 
 
 def _check_tensor_list(tensors, allowed_dtypes, op_name):
@@ -154,7 +185,8 @@ def _submit_allreduce(prefix, inputs, outputs, average, name, op, prescale_facto
     # passed as outputs, which the core imports once).
     _ops.allreduce_async(handle, exported,
                          exported if outputs is None else [_export(t) for t in outputs],
-                         names, op, float(prescale_factor), float(postscale_factor), set_id)
+                         names, op, float(prescale_factor), float(postscale_factor), set_id,
+                         _stream(inputs))
     if outputs is None:
         outputs = inputs
     _handle_map[handle] = (tuple(inputs), outputs if grouped else outputs[0])
@@ -171,7 +203,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     the same name.
 
     Args:
-        tensor: a contiguous CPU tensor of dtype int32, int64, float16, bfloat16, float32 or
+        tensor: a contiguous CPU or CUDA tensor of dtype int32, int64, float16, bfloat16, float32 or
             float64, any shape (scalars allowed).
         average: deprecated; use ``op``. True means ``Average``, False means ``Sum``.
         name: a name unique among the operations in flight; the same on every rank. Default: an
@@ -285,7 +317,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     between ranks; all other dimensions and the dtype must agree.
 
     Args:
-        tensor: a contiguous CPU tensor with at least one dimension, of dtype uint8, int8,
+        tensor: a contiguous CPU or CUDA tensor with at least one dimension, of dtype uint8, int8,
             int16, int32, int64, float16, bfloat16, float32, float64 or bool.
         name: a name unique among the operations in flight, the same on every rank; default: an
             automatic name from a per-op counter.
@@ -304,7 +336,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     set_id = _process_set_id(process_set)
     handle = _ops.new_handle()
     _ops.allgather_async(handle, [tensor.detach()], [_engine_name('allgather', name, set_id)],
-                         set_id)
+                         set_id, _stream([tensor]))
     _handle_map[handle] = ((tensor,), None)
     return handle
 
@@ -315,7 +347,7 @@ def _submit_broadcast(tensor, output, root_rank, name, process_set):
         raise ValueError(f'root_rank must be an int (a global rank), got {root_rank!r}.')
     handle = _ops.new_handle()
     _ops.broadcast_async(handle, [output.detach()], [_engine_name('broadcast', name, set_id)],
-                         root_rank, set_id)
+                         root_rank, set_id, _stream([output]))
     _handle_map[handle] = ((tensor,), output)
     return handle
 
@@ -324,7 +356,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     """Starts a broadcast of the root's ``tensor`` into a new tensor; returns a handle at once.
 
     Args:
-        tensor: a contiguous CPU tensor of dtype uint8, int8, int16, int32, int64, float16,
+        tensor: a contiguous CPU or CUDA tensor of dtype uint8, int8, int16, int32, int64, float16,
             bfloat16, float32, float64 or bool; same shape and dtype on every rank.
         root_rank: the global rank whose tensor is sent; it must belong to ``process_set``.
         name: a name unique among the operations in flight, the same on every rank; default: an
@@ -387,7 +419,8 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     set_id = _process_set_id(process_set)
     handle = _ops.new_handle()
     _ops.allgather_async(handle, [t.detach() for t in tensors],
-                         _group_names('grouped_allgather', name, set_id, len(tensors)), set_id)
+                         _group_names('grouped_allgather', name, set_id, len(tensors)), set_id,
+                         _stream(tensors))
     _handle_map[handle] = (tuple(tensors), [None] * len(tensors))
     return handle
 
@@ -484,7 +517,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     ``sum(splits)`` are not sent. Every member must agree on dtype and on dimensions 1 and up.
 
     Args:
-        tensor: a contiguous CPU tensor with at least one dimension, of dtype uint8, int8,
+        tensor: a contiguous CPU or CUDA tensor with at least one dimension, of dtype uint8, int8,
             int16, int32, int64, float16, bfloat16, float32, float64 or bool.
         splits: None (default) to send ``tensor.shape[0] / set size`` rows to every member, or
             one row count per set member (in set-rank order): a list of ints, or a 1-D int32
@@ -510,7 +543,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     set_id = _process_set_id(process_set)
     handle = _ops.new_handle()
     _ops.alltoall_async(handle, tensor.detach(), engine_splits,
-                        _engine_name('alltoall', name, set_id), set_id)
+                        _engine_name('alltoall', name, set_id), set_id, _stream([tensor]))
     kept = (tensor,) if engine_splits is None else (tensor, engine_splits)
     _handle_map[handle] = (kept, (None, None))
     return handle
@@ -527,7 +560,8 @@ def _submit_reducescatter(prefix, tensors, name, op, prescale_factor, postscale_
     else:
         names = [_engine_name(prefix, name, set_id)]
     _ops.reducescatter_async(handle, [t.detach() for t in tensors], names, op,
-                             float(prescale_factor), float(postscale_factor), set_id)
+                             float(prescale_factor), float(postscale_factor), set_id,
+                             _stream(tensors))
     _handle_map[handle] = (tuple(tensors), [None] * len(tensors) if grouped else None)
     return handle
 
@@ -542,7 +576,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     rows. The result has shape ``[rows_r] + tensor.shape[1:]`` and the dtype of ``tensor``.
 
     Args:
-        tensor: a contiguous CPU tensor with at least one dimension, of dtype int32, int64,
+        tensor: a contiguous CPU or CUDA tensor with at least one dimension, of dtype int32, int64,
             float16, bfloat16, float32 or float64; same shape on every rank.
         name: a name unique among the operations in flight, the same on every rank; default: an
             automatic name from a per-op counter.

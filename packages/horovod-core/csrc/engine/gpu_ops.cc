@@ -1,0 +1,74 @@
+#include "gpu_ops.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+namespace horovod {
+
+// What the build recorded (CMakeLists.txt, cmake/HorovodFindNCCL.cmake). Only this file reads it.
+#ifndef HOROVOD_NCCL_VERSION_CODE
+#define HOROVOD_NCCL_VERSION_CODE 0
+#endif
+#ifndef HOROVOD_NCCL_NOT_BUILT
+#define HOROVOD_NCCL_NOT_BUILT "it was built without NCCL"
+#endif
+#ifndef HOROVOD_NCCL_LIBRARY
+#define HOROVOD_NCCL_LIBRARY ""
+#endif
+
+int NcclVersionBuilt() { return HOROVOD_NCCL_VERSION_CODE; }
+
+bool CudaBuilt() { return HOROVOD_NCCL_VERSION_CODE != 0; }
+
+namespace {
+
+using CreateGpuOps = GpuOps* (*)(std::string*);
+
+struct GpuPlugin {
+  std::once_flag once;
+  GpuOps* ops = nullptr;
+  std::string error;
+};
+
+// Loads _nccl_ops.so from the folder of this module and creates its GpuOps. RTLD_LOCAL: nothing
+// else in the process should bind to the CUDA runtime linked into it.
+void Load(GpuPlugin& plugin) {
+  if (HOROVOD_NCCL_VERSION_CODE == 0) {
+    plugin.error = std::string("this build of Horovod has no NCCL support (") + HOROVOD_NCCL_NOT_BUILT +
+                   "); reinstall it with HOROVOD_GPU_OPERATIONS=NCCL to use GPU tensors";
+    return;
+  }
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&NcclVersionBuilt), &info) == 0 || info.dli_fname == nullptr) {
+    plugin.error = "cannot locate the Horovod core module";
+    return;
+  }
+  std::string dir(info.dli_fname);
+  std::string path = dir.substr(0, dir.rfind('/') + 1) + "_nccl_ops.so";
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    plugin.error = std::string("the NCCL plugin of this build of Horovod cannot be loaded (") + (why ? why : path) +
+                   "); it needs libnccl.so.2 (built against " + HOROVOD_NCCL_LIBRARY +
+                   "; `pip install nvidia-nccl-cu13` provides it) and a CUDA driver (libcuda.so.1)";
+    return;
+  }
+  auto create = reinterpret_cast<CreateGpuOps>(dlsym(handle, "horovod_nccl_create_ops"));
+  if (create == nullptr) {
+    plugin.error = path + " lacks the Horovod NCCL entry point";
+    return;
+  }
+  plugin.ops = create(&plugin.error);
+}
+
+}  // namespace
+
+GpuOps* LoadGpuOps(std::string* error) {
+  static GpuPlugin plugin;
+  std::call_once(plugin.once, [] { Load(plugin); });
+  if (plugin.ops == nullptr && error != nullptr) *error = plugin.error;
+  return plugin.ops;
+}
+
+}  // namespace horovod
