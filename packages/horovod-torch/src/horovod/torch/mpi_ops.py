@@ -17,7 +17,7 @@ ready for work queued on that stream once :func:`synchronize` returns.
 from horovod.common import ops as _ops
 from horovod.common.api import *  # noqa: F403 (hvd.size, hvd.Average, hvd.ProcessSet, ...: api.__all__)
 from horovod.common.api import (  # noqa: F401 (used here, or only in mpi_ops: is_homogeneous)
-    Adasum, Average, Max, Min, ProcessSet, Product, Sum, basics as _basics, global_process_set,
+    Adasum, Average, Max, Min, cuda_built, ProcessSet, Product, Sum, basics as _basics, global_process_set,
     handle_average_backwards_compatibility, is_homogeneous, rank, size,
 )
 from horovod.common.process_sets import _registered_id as _process_set_id
