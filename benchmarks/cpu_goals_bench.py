@@ -103,7 +103,7 @@ def main() -> None:
     if not hvd.mpi_enabled() and MPI.COMM_WORLD.Get_size() != hvd.size():
         sys.exit("cpu_goals_bench: run under mpirun or horovodrun --mpi, so that mpi4py sees every rank")
     machine = report.machine(hvd.size())  # before the measurements load the machine
-    machine["mpi"] = MPI.Get_library_version().splitlines()[0].strip()
+    machine["mpi"] = MPI.Get_library_version().replace("\0", "").splitlines()[0].strip()
     machine["mpi4py"] = mpi4py.__version__
     init_torch_distributed()
     horovod = Horovod()

@@ -119,7 +119,7 @@ def main() -> None:
         sys.exit("mpi_allreduce_bench: Horovod is not using MPI (mpi_built() = %s); run under "
                  "mpirun or horovodrun --mpi with horovod-core built with MPI" % hvd.mpi_built())
     machine = report.machine(hvd.size())  # before the measurements load the machine
-    machine["mpi"] = MPI.Get_library_version().splitlines()[0].strip()
+    machine["mpi"] = MPI.Get_library_version().replace("\0", "").splitlines()[0].strip()
     machine["mpi4py"] = mpi4py.__version__
     libs = [Horovod(), Mpi4py()]
     root = hvd.rank() == 0
