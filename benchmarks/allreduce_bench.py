@@ -56,8 +56,9 @@ class TorchGloo:
             work.wait()
 
 
-def init_torch_distributed() -> None:
-    """Joins torch.distributed's Gloo group on 127.0.0.1, at a port rank 0 picks and shares."""
+def init_torch_distributed(backend: str = "gloo", **kwargs) -> None:
+    """Joins a torch.distributed group (`backend`, Gloo by default) on 127.0.0.1, at a port rank 0
+    picks and shares through Horovod; `kwargs` go to init_process_group."""
     port = torch.zeros(1, dtype=torch.int64)
     if hvd.rank() == 0:
         with socket.socket() as s:
@@ -65,7 +66,7 @@ def init_torch_distributed() -> None:
             port[0] = s.getsockname()[1]
     hvd.broadcast_(port, root_rank=0, name="bench.port")
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port.item()}", rank=hvd.rank(), world_size=hvd.size()
+        backend, init_method=f"tcp://127.0.0.1:{port.item()}", rank=hvd.rank(), world_size=hvd.size(), **kwargs
     )
 
 

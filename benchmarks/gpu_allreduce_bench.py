@@ -16,7 +16,6 @@ Exits with status 2 and the reason when no CUDA device is visible or Horovod was
 
 import argparse
 import json
-import socket
 import sys
 
 import torch
@@ -72,15 +71,9 @@ def main(argv=None):
     dist = None
     if not args.no_torch:
         import torch.distributed as dist
+        from allreduce_bench import init_torch_distributed
 
-        port = torch.zeros(1, dtype=torch.int64)
-        if hvd.rank() == 0:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port[0] = s.getsockname()[1]
-        hvd.broadcast_(port, root_rank=0, name="bench.port")
-        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port.item()}", rank=hvd.rank(),
-                                world_size=n, device_id=torch.device("cuda", hvd.local_rank()))
+        init_torch_distributed("nccl", device_id=torch.device("cuda", hvd.local_rank()))
         libs.append(("torch.distributed nccl", lambda t: dist.all_reduce(t)))
 
     def slowest(seconds):

@@ -32,6 +32,50 @@ constexpr std::chrono::microseconds kQuietPeriod{50};
 
 }  // namespace
 
+namespace {
+int64_t RowBytes(const TensorView& input) {
+  std::vector<int64_t> row_shape(input.shape.begin() + 1, input.shape.end());
+  return NumElements(row_shape) * static_cast<int64_t>(DataTypeSize(input.dtype));
+}
+}  // namespace
+
+AllgatherLayout MakeAllgatherLayout(const Response& response, size_t t, const TensorView& input, int size) {
+  const int64_t row_bytes = RowBytes(input);
+  AllgatherLayout layout;
+  layout.bytes_per_rank.resize(size);
+  int64_t rows = 0;
+  for (int r = 0; r < size; ++r) {
+    const int64_t dim0 = response.tensor_sizes[t * size + r];
+    layout.bytes_per_rank[r] = dim0 * row_bytes;
+    rows += dim0;
+  }
+  layout.shape = input.shape;
+  layout.shape[0] = rows;
+  layout.bytes = rows * row_bytes;
+  return layout;
+}
+
+AlltoallLayout MakeAlltoallLayout(const Response& response, const TensorView& input, int size, int me) {
+  const int64_t row_bytes = RowBytes(input);
+  AlltoallLayout layout;
+  layout.send_bytes.resize(size);
+  layout.recv_bytes.resize(size);
+  layout.received_splits = std::make_shared<OutputBuffer>(DataType::INT32, std::vector<int64_t>{size});
+  auto* received_rows = static_cast<int32_t*>(layout.received_splits->data());
+  int64_t rows = 0;
+  for (int r = 0; r < size; ++r) {
+    layout.send_bytes[r] = response.tensor_sizes[me * size + r] * row_bytes;
+    const int64_t from = response.tensor_sizes[r * size + me];
+    layout.recv_bytes[r] = from * row_bytes;
+    received_rows[r] = static_cast<int32_t>(from);
+    rows += from;
+  }
+  layout.shape = input.shape;
+  layout.shape[0] = rows;
+  layout.bytes = rows * row_bytes;
+  return layout;
+}
+
 std::string CpuBackendName(const Config& config) {
   if (!config.cpu_operations.empty()) return config.cpu_operations;
   if (!config.controller.empty()) return config.controller;
@@ -862,23 +906,13 @@ void Engine::PerformAllgather(ProcessSet& set, const Response& response, std::ve
   const bool record = timeline_.recording();
   for (size_t t = 0; t < entries.size(); ++t) {
     TensorTableEntry& e = *entries[t];
-    std::vector<int64_t> row_shape(e.input.shape.begin() + 1, e.input.shape.end());
-    const int64_t row_bytes = NumElements(row_shape) * static_cast<int64_t>(DataTypeSize(e.input.dtype));
-    std::vector<int64_t> bytes_per_rank(size);
-    int64_t rows = 0;
-    for (int r = 0; r < size; ++r) {
-      int64_t dim0 = response.tensor_sizes[t * size + r];
-      bytes_per_rank[r] = dim0 * row_bytes;
-      rows += dim0;
-    }
-    std::vector<int64_t> out_shape = e.input.shape;
-    out_shape[0] = rows;
-    auto output = std::make_shared<OutputBuffer>(e.input.dtype, out_shape);
+    const AllgatherLayout layout = MakeAllgatherLayout(response, t, e.input, size);
+    auto output = std::make_shared<OutputBuffer>(e.input.dtype, layout.shape);
     if (record) {
       const bool hierarchical = set.id == 0 && hierarchical_ && hierarchical_->allgather.load(std::memory_order_relaxed);
       timeline_.ActivityStart(e.name, hierarchical ? "HIERARCHICAL_ALLGATHER" : Activity("ALLGATHER").c_str());
     }
-    set.backend->Allgatherv(e.input.data, output->data(), bytes_per_rank);
+    set.backend->Allgatherv(e.input.data, output->data(), layout.bytes_per_rank);
     if (record) timeline_.ActivityEnd(e.name);
     outputs[t].push_back(std::move(output));
   }
@@ -904,28 +938,14 @@ void Engine::PerformAlltoall(ProcessSet& set, const Response& response, std::vec
   const int size = set.backend->size();
   const int me = set.set_rank;
   TensorTableEntry& e = *entries[0];
-  std::vector<int64_t> row_shape(e.input.shape.begin() + 1, e.input.shape.end());
-  const int64_t row_bytes = NumElements(row_shape) * static_cast<int64_t>(DataTypeSize(e.input.dtype));
-  std::vector<int64_t> send_bytes(size), recv_bytes(size);
-  int64_t rows = 0;
-  auto received = std::make_shared<OutputBuffer>(DataType::INT32, std::vector<int64_t>{size});
-  auto* received_rows = static_cast<int32_t*>(received->data());
-  for (int r = 0; r < size; ++r) {
-    send_bytes[r] = response.tensor_sizes[me * size + r] * row_bytes;
-    int64_t from = response.tensor_sizes[r * size + me];
-    recv_bytes[r] = from * row_bytes;
-    received_rows[r] = static_cast<int32_t>(from);
-    rows += from;
-  }
-  std::vector<int64_t> out_shape = e.input.shape;
-  out_shape[0] = rows;
-  auto output = std::make_shared<OutputBuffer>(e.input.dtype, out_shape);
+  AlltoallLayout layout = MakeAlltoallLayout(response, e.input, size, me);
+  auto output = std::make_shared<OutputBuffer>(e.input.dtype, layout.shape);
   const bool record = timeline_.recording();
   if (record) timeline_.ActivityStart(e.name, Activity("ALLTOALL").c_str());
-  set.backend->Alltoallv(e.input.data, send_bytes, output->data(), recv_bytes);
+  set.backend->Alltoallv(e.input.data, layout.send_bytes, output->data(), layout.recv_bytes);
   if (record) timeline_.ActivityEnd(e.name);
   outputs[0].push_back(std::move(output));
-  outputs[0].push_back(std::move(received));
+  outputs[0].push_back(std::move(layout.received_splits));
 }
 
 void Engine::PerformReducescatter(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,

@@ -45,6 +45,25 @@ namespace horovod {
 
 struct HierarchicalState;
 
+// Where the rows of tensor `t` of an allgather response come from: bytes from each rank of the
+// set (first dimensions in response.tensor_sizes[t * size + r]) and the gathered shape.
+struct AllgatherLayout {
+  std::vector<int64_t> bytes_per_rank;
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;  // of the whole output
+};
+AllgatherLayout MakeAllgatherLayout(const Response& response, size_t t, const TensorView& input, int size);
+
+// The bytes this rank (`me`) sends to and receives from each rank of an alltoall response, the
+// received shape, and the received splits (rows per sender) as the host array the caller gets.
+struct AlltoallLayout {
+  std::vector<int64_t> send_bytes, recv_bytes;
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;  // received in all
+  std::shared_ptr<OutputBuffer> received_splits;
+};
+AlltoallLayout MakeAlltoallLayout(const Response& response, const TensorView& input, int size, int me);
+
 // A registered process set. Members have a backend (communicator) and a controller.
 struct ProcessSet {
   int32_t id = 0;

@@ -147,20 +147,10 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
         activity("NCCL_ALLGATHER");
         for (size_t t = 0; t < entries.size(); ++t) {
           TensorTableEntry& e = *entries[t];
-          std::vector<int64_t> row_shape(e.input.shape.begin() + 1, e.input.shape.end());
-          const int64_t row_bytes = NumElements(row_shape) * static_cast<int64_t>(DataTypeSize(e.input.dtype));
-          std::vector<int64_t> bytes_per_rank(size);
-          int64_t rows = 0;
-          for (int r = 0; r < size; ++r) {
-            const int64_t dim0 = response.tensor_sizes[t * size + r];
-            bytes_per_rank[r] = dim0 * row_bytes;
-            rows += dim0;
-          }
-          std::vector<int64_t> out_shape = e.input.shape;
-          out_shape[0] = rows;
-          auto output = std::make_shared<OutputBuffer>(
-              e.input.dtype, out_shape, device, gpu.Allocate(device, static_cast<size_t>(rows * row_bytes)));
-          comm.Allgatherv(e.input.data, output->data(), bytes_per_rank);
+          const AllgatherLayout layout = MakeAllgatherLayout(response, t, e.input, size);
+          auto output = std::make_shared<OutputBuffer>(e.input.dtype, layout.shape, device,
+                                                       gpu.Allocate(device, static_cast<size_t>(layout.bytes)));
+          comm.Allgatherv(e.input.data, output->data(), layout.bytes_per_rank);
           outputs[t].push_back(std::move(output));
         }
         break;
@@ -180,27 +170,13 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
       case ResponseType::ALLTOALL: {
         activity("NCCL_ALLTOALL");
         TensorTableEntry& e = *entries[0];
-        std::vector<int64_t> row_shape(e.input.shape.begin() + 1, e.input.shape.end());
-        const int64_t row_bytes = NumElements(row_shape) * static_cast<int64_t>(DataTypeSize(e.input.dtype));
-        std::vector<int64_t> send_bytes(size), recv_bytes(size);
-        int64_t rows = 0;
         // The received splits stay on the host, as the CPU path returns them.
-        auto received = std::make_shared<OutputBuffer>(DataType::INT32, std::vector<int64_t>{size});
-        auto* received_rows = static_cast<int32_t*>(received->data());
-        for (int r = 0; r < size; ++r) {
-          send_bytes[r] = response.tensor_sizes[me * size + r] * row_bytes;
-          const int64_t from = response.tensor_sizes[r * size + me];
-          recv_bytes[r] = from * row_bytes;
-          received_rows[r] = static_cast<int32_t>(from);
-          rows += from;
-        }
-        std::vector<int64_t> out_shape = e.input.shape;
-        out_shape[0] = rows;
-        auto output = std::make_shared<OutputBuffer>(e.input.dtype, out_shape, device,
-                                                     gpu.Allocate(device, static_cast<size_t>(rows * row_bytes)));
-        comm.Alltoallv(e.input.data, send_bytes, output->data(), recv_bytes);
+        AlltoallLayout layout = MakeAlltoallLayout(response, e.input, size, me);
+        auto output = std::make_shared<OutputBuffer>(e.input.dtype, layout.shape, device,
+                                                     gpu.Allocate(device, static_cast<size_t>(layout.bytes)));
+        comm.Alltoallv(e.input.data, layout.send_bytes, output->data(), layout.recv_bytes);
         outputs[0].push_back(std::move(output));
-        outputs[0].push_back(std::move(received));
+        outputs[0].push_back(std::move(layout.received_splits));
         break;
       }
       case ResponseType::REDUCESCATTER: {
