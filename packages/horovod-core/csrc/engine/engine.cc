@@ -76,6 +76,21 @@ AlltoallLayout MakeAlltoallLayout(const Response& response, const TensorView& in
   return layout;
 }
 
+ReducescatterLayout MakeReducescatterLayout(const TensorView& input, int size, int me) {
+  const int64_t dim0 = input.shape[0];
+  std::vector<int64_t> row_shape(input.shape.begin() + 1, input.shape.end());
+  const int64_t row_elements = NumElements(row_shape);
+  ReducescatterLayout layout;
+  layout.counts.resize(size);
+  for (int r = 0; r < size; ++r) {
+    layout.counts[r] = (dim0 / size + (r < dim0 % size ? 1 : 0)) * row_elements;
+    if (r < me) layout.offset += layout.counts[r];
+  }
+  layout.shape = input.shape;
+  layout.shape[0] = dim0 / size + (me < dim0 % size ? 1 : 0);
+  return layout;
+}
+
 std::string CpuBackendName(const Config& config) {
   if (!config.cpu_operations.empty()) return config.cpu_operations;
   if (!config.controller.empty()) return config.controller;
@@ -963,16 +978,8 @@ void Engine::PerformReducescatter(ProcessSet& set, const Response& response, std
     TensorTableEntry& e = *entries[t];
     const DataType dtype = e.input.dtype;
     const size_t element_size = DataTypeSize(dtype);
-    const int64_t dim0 = e.input.shape[0];
-    std::vector<int64_t> row_shape(e.input.shape.begin() + 1, e.input.shape.end());
-    const int64_t row_elements = NumElements(row_shape);
-    std::vector<int64_t> counts(size);
-    int64_t offset = 0;
-    for (int r = 0; r < size; ++r) {
-      int64_t rows = dim0 / size + (r < dim0 % size ? 1 : 0);
-      counts[r] = rows * row_elements;
-      if (r < me) offset += counts[r];
-    }
+    const ReducescatterLayout layout = MakeReducescatterLayout(e.input, size, me);
+    const std::vector<int64_t>& counts = layout.counts;
     const int64_t count = e.input.num_elements();
     if (record) timeline_.ActivityStart(e.name, "MEMCPY_IN_FUSION_BUFFER");
     void* buffer = fusion_buffer_.Get(static_cast<size_t>(count) * element_size);
@@ -982,12 +989,9 @@ void Engine::PerformReducescatter(ProcessSet& set, const Response& response, std
     if (record) timeline_.ActivityStart(e.name, Activity("REDUCESCATTER").c_str());
     set.backend->Reducescatter(buffer, count, counts, dtype, op);
     if (record) timeline_.ActivityEnd(e.name);
-    char* mine = static_cast<char*>(buffer) + offset * element_size;
+    char* mine = static_cast<char*>(buffer) + layout.offset * element_size;
     if (postscale != 1.0) Scale(mine, counts[me], dtype, postscale);
-    std::vector<int64_t> out_shape = e.input.shape;
-    out_shape[0] = counts[me] / std::max<int64_t>(row_elements, 1);
-    if (row_elements == 0) out_shape[0] = dim0 / size + (me < dim0 % size ? 1 : 0);
-    auto output = std::make_shared<OutputBuffer>(dtype, out_shape);
+    auto output = std::make_shared<OutputBuffer>(dtype, layout.shape);
     if (record) timeline_.ActivityStart(e.name, "MEMCPY_OUT_FUSION_BUFFER");
     std::memcpy(output->data(), mine, static_cast<size_t>(counts[me]) * element_size);
     if (record) timeline_.ActivityEnd(e.name);

@@ -64,6 +64,16 @@ struct AlltoallLayout {
 };
 AlltoallLayout MakeAlltoallLayout(const Response& response, const TensorView& input, int size, int me);
 
+// How a reducescatter splits a tensor of dim0 rows among the ranks of the set: counts[r] elements
+// for rank r (rank r gets dim0 / size rows, one more when r < dim0 % size), this rank's (`me`)
+// first element, and the shape of its part.
+struct ReducescatterLayout {
+  std::vector<int64_t> counts;
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+};
+ReducescatterLayout MakeReducescatterLayout(const TensorView& input, int size, int me);
+
 // A registered process set. Members have a backend (communicator) and a controller.
 struct ProcessSet {
   int32_t id = 0;

@@ -190,15 +190,8 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
           TensorTableEntry& e = *entries[t];
           const DataType dtype = e.input.dtype;
           const size_t element = DataTypeSize(dtype);
-          const int64_t dim0 = e.input.shape[0];
-          std::vector<int64_t> row_shape(e.input.shape.begin() + 1, e.input.shape.end());
-          const int64_t row_elements = NumElements(row_shape);
-          std::vector<int64_t> counts(size);
-          int64_t offset = 0;
-          for (int r = 0; r < size; ++r) {
-            counts[r] = (dim0 / size + (r < dim0 % size ? 1 : 0)) * row_elements;
-            if (r < me) offset += counts[r];
-          }
+          const ReducescatterLayout layout = MakeReducescatterLayout(e.input, size, me);
+          const std::vector<int64_t>& counts = layout.counts;
           const int64_t count = e.input.num_elements();
           activity("MEMCPY_IN_FUSION_BUFFER");
           void* buffer = gpu.FusionBuffer(device, std::max<size_t>(static_cast<size_t>(count) * element, kGpuAlignment));
@@ -206,12 +199,10 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
           if (response.prescale_factor != 1.0) gpu.Scale(device, buffer, count, dtype, response.prescale_factor);
           activity("NCCL_REDUCESCATTER");
           comm.Reducescatter(buffer, count, counts, dtype, op);
-          char* mine = static_cast<char*>(buffer) + offset * element;
+          char* mine = static_cast<char*>(buffer) + layout.offset * element;
           if (postscale != 1.0) gpu.Scale(device, mine, counts[me], dtype, postscale);
-          std::vector<int64_t> out_shape = e.input.shape;
-          out_shape[0] = dim0 / size + (me < dim0 % size ? 1 : 0);
           const size_t out_bytes = static_cast<size_t>(counts[me]) * element;
-          auto output = std::make_shared<OutputBuffer>(dtype, out_shape, device, gpu.Allocate(device, out_bytes));
+          auto output = std::make_shared<OutputBuffer>(dtype, layout.shape, device, gpu.Allocate(device, out_bytes));
           activity("MEMCPY_OUT_FUSION_BUFFER");
           copy(device, {{mine, output->data(), out_bytes}});
           outputs[t].push_back(std::move(output));
