@@ -3,16 +3,14 @@ cycle time with Bayesian optimisation, then the response cache, broadcasts every
 with the best configuration on every rank; the CSV log records each scored configuration, the last
 row being the one chosen. Variables set by the user stay as set."""
 
-import csv
 import math
 import os
 
 import pytest
 
 from horovod_testing import run_ranks
+from horovod_testing.autotune import read_log as _read_log
 
-HEADER = ["hierarchical_allreduce", "hierarchical_allgather", "torus_allreduce", "cache_enabled", "cycle_time_ms",
-          "tensor_fusion_threshold", "score"]
 # The joint stage's fixed first configurations (fusion MB, cycle ms), spec core.md §12.
 TEST_POINTS = [(4.0, 5.0), (32.0, 50.0), (16.0, 25.0), (8.0, 10.0)]
 MB = 1024 * 1024
@@ -63,21 +61,6 @@ def _train_until_tuned(max_steps=2000):
         raise AssertionError(f"autotune still running after {max_steps} steps: {_core.tuned_parameters()}")
     finally:
         basics.shutdown()
-
-
-def _read_log(path):
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f))
-    assert rows[0] == HEADER
-    parsed = []
-    for row in rows[1:]:
-        assert len(row) == len(HEADER), row
-        flags = [int(v.strip()) for v in row[:4]]
-        assert all(v in (0, 1) for v in flags), row
-        cycle, fusion, score = (float(v.strip()) for v in row[4:])
-        assert math.isfinite(score) and score > 0, row
-        parsed.append({"flags": flags, "cache": flags[3], "cycle": cycle, "fusion": fusion, "score": score})
-    return parsed
 
 
 def _same_config(row, other):

@@ -10,13 +10,12 @@ hierarchical jobs must agree (bitwise for integers, within rounding for floats);
 must say which path ran; a layout with different numbers of ranks per host falls back to the flat
 path; and autotune tries both values of the switches. No test looks at timings."""
 
-import csv
-import math
 
 import numpy as np
 import pytest
 
 from horovod_testing import run_ranks
+from horovod_testing.autotune import read_log
 
 HIER = {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}
 # (np, hosts): 2 hosts x 1, 2 x 2, 2 x 3, 3 x 2.
@@ -264,9 +263,6 @@ def test_hierarchical_allgather_matches_reference(np_, hosts):
 
 # Autotune: only the hierarchical stages are left to search (fusion, cycle time and the cache are
 # fixed), on a short schedule.
-HEADER = ["hierarchical_allreduce", "hierarchical_allgather", "torus_allreduce", "cache_enabled", "cycle_time_ms",
-          "tensor_fusion_threshold", "score"]
-
 
 def _train_until_tuned(max_steps=3000):
     from horovod.common import _core, ops
@@ -301,49 +297,37 @@ def _autotune_env(log, **fixed):
     return env
 
 
-def _log_rows(path):
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f))
-    assert rows[0] == HEADER
-    parsed = []
-    for row in rows[1:]:
-        assert len(row) == len(HEADER), row
-        parsed.append([int(v.strip()) for v in row[:4]] + [float(v) for v in row[4:]])
-    return parsed
-
-
 def test_autotune_tries_both_hierarchical_values(tmp_path):
     log = str(tmp_path / "autotune.csv")
     results = run_ranks(4, _train_until_tuned, env=_autotune_env(log), hosts=2, timeout=300)
-    rows = _log_rows(log)
+    rows = read_log(log)
     # The initial configuration, hierarchical allreduce off and on, hierarchical allgather off and
     # on (from the better allreduce value), then the chosen configuration.
     assert len(rows) == 6, rows
-    assert [r[0] for r in rows[1:3]] == [0, 1]
-    assert [r[1] for r in rows[3:5]] == [0, 1]
-    assert rows[3][0] == rows[4][0]
+    assert [r["flags"][0] for r in rows[1:3]] == [0, 1]
+    assert [r["flags"][1] for r in rows[3:5]] == [0, 1]
+    assert rows[3]["flags"][0] == rows[4]["flags"][0]
     *scored, final = rows
-    assert all(math.isfinite(r[6]) and r[6] > 0 for r in rows)
     params = [p for p, _ in results]
     for p, stats in results:
         assert p == params[0]  # every rank ends with the same parameters
         assert p["tuning"] is False
-        assert p["hierarchical_allreduce"] == bool(final[0]) and p["hierarchical_allgather"] == bool(final[1])
+        assert [p["hierarchical_allreduce"], p["hierarchical_allgather"]] == [bool(v) for v in final["flags"][:2]]
         # The switches in force are the chosen ones, and the hierarchical path really ran.
         assert stats["hierarchical_allreduce"] == p["hierarchical_allreduce"]
         assert stats["hierarchical_allgather"] == p["hierarchical_allgather"]
         assert stats["hierarchical_allreduces"] > 0
-    assert (final[0], final[1]) in {(r[0], r[1]) for r in scored}
+    assert final["flags"][:2] in [r["flags"][:2] for r in scored]
 
 
 def test_autotune_leaves_a_fixed_hierarchical_switch_alone(tmp_path):
     log = str(tmp_path / "autotune.csv")
     env = _autotune_env(log, HOROVOD_HIERARCHICAL_ALLREDUCE="1")
     results = run_ranks(4, _train_until_tuned, env=env, hosts=2, timeout=300)
-    rows = _log_rows(log)
+    rows = read_log(log)
     assert len(rows) == 4, rows  # initial, allgather off and on, chosen
-    assert all(r[0] == 1 for r in rows)
-    assert [r[1] for r in rows[1:3]] == [0, 1]
+    assert all(r["flags"][0] == 1 for r in rows)
+    assert [r["flags"][1] for r in rows[1:3]] == [0, 1]
     for p, stats in results:
         assert p["hierarchical_allreduce"] is True and stats["hierarchical_allreduce"]
 
@@ -351,7 +335,7 @@ def test_autotune_leaves_a_fixed_hierarchical_switch_alone(tmp_path):
 def test_autotune_on_one_host_does_not_search_hierarchical(tmp_path):
     log = str(tmp_path / "autotune.csv")
     results = run_ranks(2, _train_until_tuned, env=_autotune_env(log), timeout=300)
-    rows = _log_rows(log)
-    assert all(r[0] == 0 and r[1] == 0 for r in rows)
+    rows = read_log(log)
+    assert all(r["flags"][:2] == [0, 0] for r in rows)
     for _, stats in results:
         assert not stats["hierarchical"]
