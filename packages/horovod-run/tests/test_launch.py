@@ -269,10 +269,12 @@ def test_verbose_lines_hide_the_secret(tmp_path):
     assert not any(secret in line for line in launcher_lines)
 
 
-def test_remote_hosts_are_refused_clearly():
-    run = _horovodrun(["-np", "2", "-H", "localhost:1,remote-host.invalid:1", "true"])
+def test_unresolvable_remote_host_is_named():
+    run = _horovodrun(["-np", "2", "--disable-cache", "-H", "localhost:1,remote-host.invalid:1",
+                       "true"])
     assert run.returncode == 1
-    assert "remote-host.invalid" in run.stderr and "ssh" in run.stderr
+    assert "could not connect to remote-host.invalid via ssh" in run.stderr, run.stderr
+    assert "ssh not successful for host remote-host.invalid" in run.stdout, run.stdout
 
 
 def test_elastic_is_refused_clearly():

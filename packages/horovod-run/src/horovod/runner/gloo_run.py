@@ -1,9 +1,12 @@
-"""Static launch with the launcher-rendezvous ("Gloo") controller on the local host.
+"""Static launch with the launcher-rendezvous ("Gloo") controller, on this host and over ssh.
 
 The driver starts a :class:`RendezvousServer`, assigns ranks to slots, and runs one worker per
-rank. A worker learns its place and the server from ``HOROVOD_*`` variables and the job secret
-from ``_HOROVOD_SECRET_KEY``, all set in its own environment (never on its command line). When a
-worker fails, every other worker is stopped and the job fails naming the first rank that did.
+rank: directly on this host, and through one ssh session per slot on a remote host (see
+:mod:`horovod.runner.common.util.remote_exec`). A worker learns its place and the server from
+``HOROVOD_*`` variables and the job secret from ``_HOROVOD_SECRET_KEY``, all set in its own
+environment (never on any command line: a remote worker's environment travels over the ssh
+session's standard input). When a worker fails, every other worker is stopped on every host and
+the job fails naming the first rank that did, its host and its exit status.
 """
 
 import os
@@ -13,12 +16,17 @@ import sys
 import threading
 import time
 
-from horovod.runner.common.util import hosts, safe_shell_exec, secret
+from horovod.common.rendezvous import RendezvousClient
+from horovod.runner.common.util import env as env_util
+from horovod.runner.common.util import hosts, remote_exec, safe_shell_exec, secret
 from horovod.runner.http.http_server import RendezvousServer
+from horovod.runner.util import network, remote
 
 JOB_FAILED_MESSAGE = (
     "Horovod detected that one or more processes exited with non-zero status, so the job was "
-    "terminated. The first process to fail was:\nProcess name: {rank}\nExit code: {code}\n")
+    "terminated. The first process to fail was:\nProcess name: {rank}\nExit code: {code}\n"
+    "Host: {host}\n")
+_START_POLL_S = 0.5
 
 
 def create_slot_env_vars(slot_info):
@@ -74,6 +82,16 @@ def _command_line(command):
     return command if isinstance(command, str) else " ".join(shlex.quote(a) for a in command)
 
 
+def describe_exit_code(code):
+    """``code`` and, for ``128 + s``, the name of signal ``s`` (e.g. ``137 (SIGKILL)``)."""
+    if code > 128:
+        try:
+            return "%d (%s)" % (code, signal.Signals(code - 128).name)
+        except ValueError:
+            pass
+    return str(code)
+
+
 def register_shutdown_event():
     """Return an event set by SIGINT or SIGTERM, and a function restoring the old handlers.
 
@@ -99,8 +117,11 @@ def register_shutdown_event():
 class _Job:
     """The workers of one static job and the first-failure bookkeeping between their threads."""
 
-    def __init__(self, settings, env, run_vars, command, job_secret):
+    def __init__(self, settings, env, run_vars, command, job_secret, remote_hosts=(),
+                 report_start=None):
         self.settings = settings
+        self.remote_hosts = set(remote_hosts)
+        self.report_start = report_start
         self.job_secret = job_secret
         self.env = env
         self.run_vars = run_vars
@@ -112,6 +133,7 @@ class _Job:
         self.terminate_all_event = threading.Event()
         self._lock = threading.Lock()
         self.results = []  # (finish time, rank, exit code)
+        self.start_failure = None  # message when remote workers did not start in time
 
     def worker_env(self, slot_info):
         worker_env = dict(self.env)
@@ -121,21 +143,45 @@ class _Job:
         worker_env[secret.HOROVOD_SECRET_KEY] = self.job_secret.hex()
         return worker_env
 
+    def remote_launch(self, slot_info):
+        """``(ssh argv, stdin line)`` that start ``slot_info``'s worker on its remote host.
+
+        The worker's environment is the exportable part of the launcher's (``env.is_exportable``)
+        plus the slot's variables and the job secret, sent over the session's standard input.
+        """
+        worker_env = {k: v for k, v in self.worker_env(slot_info).items()
+                      if env_util.is_exportable(k)}
+        worker_env[secret.HOROVOD_SECRET_KEY] = self.job_secret.hex()
+        line = remote_exec.encode_request(self.command, worker_env, os.getcwd(), slot_info.rank,
+                                          self.report_start)
+        bootstrap = "exec %s -m horovod.runner.common.util.remote_exec" % shlex.quote(
+            sys.executable)
+        argv = remote.ssh_argv(slot_info.hostname, self.settings.ssh_port,
+                               self.settings.ssh_identity_file) + [bootstrap]
+        return argv, line
+
     def run_slot(self, slot_info):
         rank = slot_info.rank
+        is_remote = slot_info.hostname in self.remote_hosts
         if self.settings.verbose:
             shown = dict(create_slot_env_vars(slot_info), **self.run_vars)
-            _say("Launching rank %d: env %s %s"
-                 % (rank, " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in shown.items()),
+            _say("Launching rank %d%s: env %s %s"
+                 % (rank, " on %s over ssh" % slot_info.hostname if is_remote else "",
+                    " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in shown.items()),
                     _command_line(self.command)))
         raw = (None, None)
         try:
             raw = self._open_output_files(rank)
+            if is_remote:
+                command, stdin_line = self.remote_launch(slot_info)
+                env = dict(os.environ)
+            else:
+                command, stdin_line, env = self.command, None, self.worker_env(slot_info)
             code = safe_shell_exec.execute(
-                self.command, env=self.worker_env(slot_info), index=rank,
+                command, env=env, index=rank,
                 events=[self.shutdown_event, self.terminate_all_event],
                 prefix_output_with_timestamp=self.settings.prefix_output_with_timestamp,
-                raw_stdout=raw[0], raw_stderr=raw[1])
+                raw_stdout=raw[0], raw_stderr=raw[1], stdin_line=stdin_line)
         except Exception as e:
             _say("Process %d could not be started: %s" % (rank, e), sys.stderr)
             code = 1
@@ -144,13 +190,57 @@ class _Job:
                 if f is not None:
                     f.close()
         with self._lock:
-            self.results.append((time.time(), rank, code))
+            self.results.append((time.time(), rank, code, slot_info.hostname))
             if code == 0:
                 return
             _say("Process %d exit with status code %d." % (rank, code))
+            if is_remote and code == 255:
+                _say("Process %d: ssh to %s failed (ssh exits with 255 when the connection or "
+                     "the authentication fails, or the connection is lost)."
+                     % (rank, slot_info.hostname), sys.stderr)
             if not self.shutdown_event.is_set() and not self.terminate_all_event.is_set():
                 _say("Terminating remaining workers after failure of Process %d." % rank)
                 self.terminate_all_event.set()
+
+    def watch_remote_starts(self, slots, port, deadline_s):
+        """Stop the job when a remote worker has not reported its start within ``deadline_s``.
+
+        Each remote worker's bootstrap writes ``horovodrun_started/<rank>`` to the rendezvous
+        server once it has started the worker.
+        """
+        pending = {slot.rank: slot.hostname for slot in slots
+                   if slot.hostname in self.remote_hosts}
+        if not pending:
+            return
+        client = RendezvousClient("127.0.0.1", port, secret=self.job_secret)
+        deadline = time.monotonic() + deadline_s
+        while pending and time.monotonic() < deadline:
+            if self.shutdown_event.is_set() or self.terminate_all_event.is_set():
+                return
+            for rank in list(pending):
+                try:
+                    if client.try_get(remote_exec.STARTED_SCOPE, str(rank)) is not None:
+                        del pending[rank]
+                except (OSError, RuntimeError):
+                    pass
+            time.sleep(_START_POLL_S)
+        with self._lock:
+            finished = {rank for _, rank, _, _ in self.results}
+        late = {rank: host for rank, host in pending.items() if rank not in finished}
+        if not late or self.shutdown_event.is_set() or self.terminate_all_event.is_set():
+            return
+        by_host = {}
+        for rank, host in sorted(late.items()):
+            by_host.setdefault(host, []).append(str(rank))
+        self.start_failure = (
+            "%s did not start %s within the start timeout of %d seconds; check that ssh to "
+            "the host works, that %s exists there with horovod-run installed, or raise "
+            "--start-timeout" % (
+                ", ".join("host %s" % h for h in by_host),
+                "; ".join("rank(s) %s on %s" % (", ".join(r), h) for h, r in by_host.items()),
+                deadline_s, sys.executable))
+        _say("horovodrun: " + self.start_failure, sys.stderr)
+        self.terminate_all_event.set()
 
     def _open_output_files(self, rank):
         directory = self.settings.output_filename
@@ -165,10 +255,14 @@ class _Job:
             stdout.close()
             raise
 
-    def run(self, slots):
+    def run(self, slots, port=None, start_timeout_s=None):
         threads = [threading.Thread(target=self.run_slot, args=(slot,),
                                     name="horovod-worker-%d" % slot.rank, daemon=True)
                    for slot in slots]
+        if port is not None and start_timeout_s:
+            threading.Thread(target=self.watch_remote_starts,
+                             args=(slots, port, start_timeout_s),
+                             name="horovod-start-watch", daemon=True).start()
         try:
             for thread in threads:
                 thread.start()
@@ -181,7 +275,11 @@ class _Job:
 
 
 def gloo_run(settings, nics, env, server_ip, command):
-    """Run ``command`` as ``settings.num_proc`` local workers and wait for all of them.
+    """Run ``command`` as ``settings.num_proc`` workers on the hosts and wait for all of them.
+
+    Workers on a host that is not this one (:func:`network.filter_local_addresses`) are started
+    over ssh (``settings.ssh_port``, ``settings.ssh_identity_file``); each must report its start
+    within ``settings.start_timeout`` seconds.
 
     Args:
         settings: a :class:`~horovod.runner.common.util.settings.Settings` (``hosts``,
@@ -195,7 +293,8 @@ def gloo_run(settings, nics, env, server_ip, command):
 
     Raises:
         RuntimeError: a worker exited with a non-zero status (the message names the first
-            rank to fail and its exit code), or the launcher was interrupted by SIGINT/SIGTERM.
+            rank to fail, its exit code and its host), a remote worker did not start in time
+            (the host is named), or the launcher was interrupted by SIGINT/SIGTERM.
         ValueError: the hosts have fewer slots than ``num_proc``.
     """
     if settings.output_filename:
@@ -206,14 +305,20 @@ def gloo_run(settings, nics, env, server_ip, command):
     port = rendezvous.start()
     try:
         rendezvous.init(slots)
+        remote_hosts = network.filter_local_addresses(sorted({slot.hostname for slot in slots}))
         job = _Job(settings, dict(env), create_run_env_vars(server_ip, nics, port), command,
-                   rendezvous.secret)
-        job.run(slots)
+                   rendezvous.secret, remote_hosts=remote_hosts, report_start=(server_ip, port))
+        start_timeout = settings.start_timeout
+        start_timeout_s = getattr(start_timeout, "seconds", start_timeout) or 30
+        job.run(slots, port=port, start_timeout_s=start_timeout_s)
     finally:
         rendezvous.stop()
 
-    for _, rank, code in sorted(job.results):
+    if job.start_failure:
+        raise RuntimeError(job.start_failure)
+    for _, rank, code, host in sorted(job.results):
         if code != 0:
-            raise RuntimeError(JOB_FAILED_MESSAGE.format(rank=rank, code=code))
+            raise RuntimeError(JOB_FAILED_MESSAGE.format(rank=rank, code=describe_exit_code(code),
+                                                         host=host))
     if job.shutdown_event.is_set():
         raise RuntimeError("horovodrun was interrupted by a signal; all workers were stopped")

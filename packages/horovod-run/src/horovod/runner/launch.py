@@ -1,11 +1,14 @@
 """``horovodrun``: command-line parsing, controller choice and the static launch flow."""
 
 import argparse
+import hashlib
 import importlib.metadata
 import logging
 import os
 import shutil
+import subprocess
 import sys
+import time
 import warnings
 
 import yaml
@@ -15,10 +18,15 @@ from horovod.runner import mpi_run as mpi_launcher
 from horovod.runner.common.util import config_parser, hosts, secret, timeout
 from horovod.runner.common.util import settings as hvd_settings
 from horovod.runner.http.http_client import put_data_into_kvstore, read_data_from_kvstore
+from horovod.runner.driver import driver_service
 from horovod.runner.http.http_server import KVStoreServer
-from horovod.runner.util import network
+from horovod.runner.util import cache, network, remote, threads
 
 DEFAULT_START_TIMEOUT_S = 30
+CACHE_FOLDER = os.path.join(os.path.expanduser("~"), ".horovod")
+CACHE_STALENESS_THRESHOLD_MINUTES = 60
+SSH_ATTEMPTS = 5
+SSH_CONNECT_TIMEOUT_S = 10
 DEFAULT_ELASTIC_TIMEOUT_S = 600
 
 START_TIMEOUT_MESSAGE = (
@@ -347,6 +355,50 @@ def check_build(verbose):
     sys.exit(0)
 
 
+@cache.use_cache()
+def _check_all_hosts_ssh_successful(host_addresses, ssh_port=None, ssh_identity_file=None):
+    """True if ``ssh <host> true`` succeeds for every host, else None (never cached).
+
+    Hosts are tried in parallel, each up to ``SSH_ATTEMPTS`` times with ssh's connection
+    timeout ``SSH_CONNECT_TIMEOUT_S`` seconds (a refused key is not retried). For each host that
+    fails, a line naming it and ssh's output is printed.
+    """
+    def check(address):
+        output = ""
+        for attempt in range(SSH_ATTEMPTS):
+            argv = remote.ssh_argv(address, ssh_port, ssh_identity_file,
+                                   SSH_CONNECT_TIMEOUT_S) + ["true"]
+            try:
+                result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                        text=True, timeout=3 * SSH_CONNECT_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                output = "ssh did not finish within %d seconds" % (3 * SSH_CONNECT_TIMEOUT_S)
+                continue
+            except OSError as e:
+                return False, "cannot run ssh: %s" % e
+            if result.returncode == 0:
+                return True, ""
+            output = (result.stdout + result.stderr).strip()
+            if "Permission denied" in output:
+                break
+            time.sleep(min(1.0 + attempt, 3.0))
+        return False, output
+
+    results = threads.execute_function_multithreaded(
+        check, [(address,) for address in host_addresses])
+    _last_ssh_failures[:] = []
+    for index, address in enumerate(host_addresses):
+        ok, output = results[index]
+        if not ok:
+            _last_ssh_failures.append(address)
+            print("ssh not successful for host %s:\n%s" % (address, output), flush=True)
+    return None if _last_ssh_failures else True
+
+
+# The hosts the last ssh check could not reach (named in the launcher's error).
+_last_ssh_failures = []
+
+
 def _is_elastic(args):
     return args.host_discovery_script is not None or args.min_num_proc is not None
 
@@ -400,20 +452,30 @@ def _run_static(args):
     remote_host_names = network.filter_local_addresses(all_host_names)
     if settings.verbose >= 2:
         print("Remote host found: " + " ".join(remote_host_names), flush=True)
+
+    fn_cache = None
+    if not args.disable_cache:
+        params = "".join(str(p) for p in (settings.num_proc, settings.hosts, settings.ssh_port,
+                                          settings.ssh_identity_file,
+                                          sorted(settings.nics or [])))
+        fn_cache = cache.Cache(CACHE_FOLDER, CACHE_STALENESS_THRESHOLD_MINUTES,
+                               hashlib.md5(params.encode(), usedforsecurity=False).hexdigest())
     if remote_host_names:
-        raise ValueError("host(s) %s are not local: launching on remote hosts over ssh is not "
-                         "available yet in this release of horovodrun; use local hosts only "
-                         "(e.g. -H localhost:%d)" % (", ".join(remote_host_names), args.num_proc))
+        if settings.verbose >= 2:
+            print("Checking ssh on all remote hosts.", flush=True)
+        if not _check_all_hosts_ssh_successful(remote_host_names, args.ssh_port,
+                                               args.ssh_identity_file, fn_cache=fn_cache):
+            failed = _last_ssh_failures or remote_host_names
+            raise RuntimeError("could not connect to some hosts via ssh: could not connect to %s "
+                               "via ssh (see above); check that 'ssh %s%s true' works without a "
+                               "password from this host"
+                               % (", ".join(failed), "-p %s " % args.ssh_port if args.ssh_port
+                                  else "", failed[0]))
+        if settings.verbose >= 2:
+            print("SSH was successful into all the remote hosts.", flush=True)
 
-    if settings.verbose >= 2:
-        print("All hosts are local, finding the interfaces with address 127.0.0.1", flush=True)
-    nics = network.get_loopback_intfs(args.nics)
-    if not nics:
-        raise ValueError("no network interface holds the address 127.0.0.1"
-                         + (" among %s" % ", ".join(sorted(args.nics)) if args.nics else ""))
-    if settings.verbose >= 2:
-        print("Local interface found " + " ".join(nics), flush=True)
-
+    nics = driver_service.get_common_interfaces(settings, all_host_names, remote_host_names,
+                                                fn_cache)
     driver_ip = network.get_driver_ip(nics)
     if args.run_func is None:
         _launch_job(args, settings, nics, driver_ip, args.command)

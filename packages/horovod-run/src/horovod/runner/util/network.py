@@ -43,6 +43,18 @@ def get_loopback_intfs(nics: Optional[Set[str]] = None) -> List[str]:
     return sorted(found)
 
 
+def get_local_intfs(nic: Optional[Set[str]] = None) -> List[str]:
+    """Names (sorted) of this host's interfaces with an IPv4 address, restricted to ``nic`` (a
+    set of names) if given."""
+    found = []
+    for name, addrs in psutil.net_if_addrs().items():
+        if nic is not None and name not in nic:
+            continue
+        if any(a.family == socket.AF_INET for a in addrs):
+            found.append(name)
+    return sorted(found)
+
+
 def get_driver_ip(nics: Iterable[str]) -> str:
     """The first IPv4 address on the first of ``nics`` (in the given order) that has one.
 

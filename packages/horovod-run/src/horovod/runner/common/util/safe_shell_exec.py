@@ -129,7 +129,8 @@ def _exit_code(returncode):
 
 
 def execute(command, env=None, stdout=None, stderr=None, index=None, events=None,
-            prefix_output_with_timestamp=False, raw_stdout=None, raw_stderr=None) -> int:
+            prefix_output_with_timestamp=False, raw_stdout=None, raw_stderr=None,
+            stdin_line=None) -> int:
     """Run ``command`` to completion and return its exit code.
 
     Args:
@@ -143,6 +144,9 @@ def execute(command, env=None, stdout=None, stderr=None, index=None, events=None
             ``GRACEFUL_TERMINATION_TIME_S`` seconds).
         prefix_output_with_timestamp: see :func:`prefix_connection`.
         raw_stdout, raw_stderr: optional text streams receiving the unprefixed output.
+        stdin_line: bytes written to the command's standard input, which then stays open until
+            the command has exited (ssh carries both to a remote command, whose end of file
+            then tells that the launcher is gone); None gives it ``/dev/null``.
 
     Returns:
         The exit code; a command killed by signal ``s`` gives ``128 + s``.
@@ -154,10 +158,17 @@ def execute(command, env=None, stdout=None, stderr=None, index=None, events=None
     stderr = sys.stderr if stderr is None else stderr
     events = [event for event in events or [] if event is not None]
     proc = subprocess.Popen(command, shell=isinstance(command, str), env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+                            stdin=subprocess.DEVNULL if stdin_line is None else subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
     guard = orphan_guard.get_guard()
     guard.register(proc.pid)
+    if stdin_line is not None:
+        try:
+            proc.stdin.write(stdin_line)
+            proc.stdin.flush()
+        except OSError:
+            pass  # the command exited at once; its status tells why
     relays = [
         threading.Thread(target=prefix_connection, daemon=True,
                          args=(proc.stdout, stdout, "stdout", index, prefix_output_with_timestamp,
@@ -180,6 +191,11 @@ def execute(command, env=None, stdout=None, stderr=None, index=None, events=None
         # Also after a normal exit: whatever the command left in its group is stopped too.
         terminate_process_group(proc)
         guard.unregister(proc.pid)
+        if proc.stdin is not None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
         # A process that left the group (its own setsid) may still hold a pipe: do not wait for
         # it forever, and leave the pipe to its relay thread in that case.
         for relay, pipe in zip(relays, (proc.stdout, proc.stderr), strict=True):

@@ -19,6 +19,11 @@ class Timeout:
         self._timeout_at = time.time() + timeout
         self._message = message
 
+    @property
+    def seconds(self) -> float:
+        """The length of the deadline as given, in seconds."""
+        return self._timeout
+
     def remaining(self) -> float:
         """Seconds left before the deadline (0 once it has passed)."""
         return max(0.0, self._timeout_at - time.time())
