@@ -15,6 +15,9 @@ packages=(
   liblbfgspp-dev  # autotune: L-BFGS-B for the acquisition function (header-only, over Eigen)
   libgomp1        # OpenMP and quadmath runtimes the MXNet 1.9.1 wheel links (tests-mxnet)
   libquadmath0
+  openssh-server  # the multi-host test bed (ci/testbed.sh): an sshd per fake host, never the system's
+  openssh-client  #   ssh, ssh-keygen, ssh-agent
+  iproute2        #   ip (network namespaces, veths, bridge), ss, tc
 )
 
 # Debian's own Python needs its headers from a package; a python.org or pyenv build ships them.
@@ -42,5 +45,13 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
+# Installing openssh-server starts the system's sshd unless policy-rc.d forbids it: the test bed
+# needs only the binary, so services stay stopped while this installs (unless a policy is there).
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\n# install-system-deps: no service starts during its apt-get install\nexit 101\n' >"$policy"
+  chmod 755 "$policy"
+  trap 'rm -f "$policy"' EXIT
+fi
 apt-get update
 apt-get install -y --no-install-recommends "${missing[@]}"
