@@ -233,12 +233,10 @@ class _Job:
         for rank, host in sorted(late.items()):
             by_host.setdefault(host, []).append(str(rank))
         self.start_failure = (
-            "%s did not start %s within the start timeout of %d seconds; check that ssh to "
-            "the host works, that %s exists there with horovod-run installed, or raise "
-            "--start-timeout" % (
-                ", ".join("host %s" % h for h in by_host),
-                "; ".join("rank(s) %s on %s" % (", ".join(r), h) for h, r in by_host.items()),
-                deadline_s, sys.executable))
+            "%s did not start within the start timeout of %d seconds; check that ssh to %s "
+            "works, that %s exists there with horovod-run installed, or raise --start-timeout"
+            % ("; ".join("rank(s) %s on host %s" % (", ".join(r), h) for h, r in by_host.items()),
+               deadline_s, "the host" if len(by_host) == 1 else "these hosts", sys.executable))
         _say("horovodrun: " + self.start_failure, sys.stderr)
         self.terminate_all_event.set()
 

@@ -476,7 +476,15 @@ def _run_static(args):
 
     nics = driver_service.get_common_interfaces(settings, all_host_names, remote_host_names,
                                                 fn_cache)
-    driver_ip = network.get_driver_ip(nics)
+    try:
+        driver_ip = network.get_driver_ip(nics)
+    except RuntimeError:
+        if fn_cache is None or not remote_host_names:
+            raise
+        # The cached interfaces no longer fit this host (its network changed): probe again.
+        nics = driver_service.get_common_interfaces(settings, all_host_names,
+                                                    remote_host_names, None)
+        driver_ip = network.get_driver_ip(nics)
     if args.run_func is None:
         _launch_job(args, settings, nics, driver_ip, args.command)
         return None

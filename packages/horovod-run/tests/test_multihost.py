@@ -1,0 +1,364 @@
+"""horovodrun across real hosts: network namespaces of the test bed (ci/testbed.sh), each with its
+own hostname and sshd, reached over real ssh (spec runner.md §4, §5.1, §5.3, §5.4, §7).
+
+The launcher runs in the root namespace (198.18.0.254 on the bridge ``hvdbr0``); the hosts are
+198.18.0.1, 198.18.0.2, 198.18.0.3, each with its NIC named ``hvdbr0`` too. After every test,
+conftest checks that no process of the job is left on any host.
+"""
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "docs" / "examples"
+LAUNCH_TIMEOUT_S = 240
+# Seconds within which every worker must be gone once its launcher was killed.
+CLEANUP_S = 15
+
+# Reports where it runs, checks the job secret is on no process's command line (the test bed's
+# hosts share one PID namespace, so /proc shows every host's processes), and runs collectives.
+TOPOLOGY_WORKER = textwrap.dedent("""
+    import json, os, socket
+    import numpy as np
+    from horovod.common import _core, ops
+    from horovod.common.basics import HorovodBasics
+
+    # mpirun's workers get no secret in command mode (they need none).
+    secret = os.environ.get("_HOROVOD_SECRET_KEY")
+    leaks = []
+    for pid in os.listdir("/proc") if secret else []:
+        if pid.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    if secret.encode() in f.read():
+                        leaks.append(int(pid))
+            except OSError:
+                pass
+    hvd = HorovodBasics()
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    x = np.arange(1000, dtype=np.float64) * (rank + 1)
+    ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["x"], hvd.Sum))
+    ok = bool(np.array_equal(x, np.arange(1000, dtype=np.float64) * (size * (size + 1) // 2)))
+    print("RESULT " + json.dumps({
+        "rank": rank, "size": size, "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
+        "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(),
+        "hostname": socket.gethostname(), "horovod_hostname": os.environ.get("HOROVOD_HOSTNAME"),
+        "ssh_connection": os.environ.get("SSH_CONNECTION"), "cwd": os.getcwd(),
+        "iface": os.environ.get("HOROVOD_GLOO_IFACE"), "leaks": leaks, "allreduce_ok": ok,
+        "controller": os.environ.get("HOROVOD_CONTROLLER"),
+        "stats": dict(_core.engine_stats())}), flush=True)
+    hvd.shutdown()
+""")
+
+# Every collective across the hosts against numpy (horovod_testing's shared suite).
+COLLECTIVES_WORKER = textwrap.dedent("""
+    import json
+    from horovod.common import _core
+    from horovod_testing.collectives import NumpyAdapter, run_collective_suite
+
+    counts = run_collective_suite(NumpyAdapter)
+    print("RESULT " + json.dumps({"counts": counts, "stats": dict(_core.engine_stats())}),
+          flush=True)
+""")
+
+# Trains in a loop of allreduces until killed; prints its pid first.
+LOOPING_WORKER = textwrap.dedent("""
+    import os, sys, time
+    import numpy as np
+    from horovod.common import ops
+    from horovod.common.basics import HorovodBasics
+
+    hvd = HorovodBasics()
+    hvd.init()
+    print("PID %d %d" % (hvd.rank(), os.getpid()), flush=True)
+    step = 0
+    while True:
+        x = np.ones(1000)
+        ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["step%d" % step], hvd.Sum))
+        step += 1
+        time.sleep(0.01)
+""")
+
+
+def _results(stdout):
+    results = {}
+    for line in stdout.splitlines():
+        match = re.match(r"\[(\d+)\]<stdout>:RESULT (.*)$", line)
+        if match:
+            results[int(match.group(1))] = json.loads(match.group(2))
+    return results
+
+
+def _horovodrun(testbed, args, agent=True, timeout=LAUNCH_TIMEOUT_S, **kwargs):
+    return subprocess.run([sys.executable, "-m", "horovod.runner.launch"] + args,
+                          capture_output=True, text=True, timeout=timeout,
+                          env=testbed.env(agent=agent), **kwargs)
+
+
+@pytest.fixture
+def bed(testbed):
+    """The test bed; conftest checks after each test that no process is left on its hosts."""
+    return testbed
+
+
+def _addr(testbed, index):
+    return testbed.hosts[index - 1][1]
+
+
+def _name(testbed, index):
+    return testbed.hosts[index - 1][0]
+
+
+def _two_by_two(bed):
+    return "%s:2,%s:2" % (_addr(bed, 1), _addr(bed, 2))
+
+
+def _check_topology(bed, results, ssh_port=22, controller="gloo"):
+    assert sorted(results) == [0, 1, 2, 3], results
+    for rank, r in results.items():
+        host = 1 + rank // 2
+        assert r["size"] == 4 and r["allreduce_ok"], r
+        assert r["hostname"] == _name(bed, host), r
+        assert (r["local_rank"], r["local_size"]) == (rank % 2, 2), r
+        assert (r["cross_rank"], r["cross_size"]) == (rank // 2, 2), r
+        assert r["leaks"] == [], "the job secret is on the command line of %s" % r["leaks"]
+        assert r["cwd"] == os.getcwd()
+        assert r["controller"] == controller
+        # The worker runs in the session of the host's sshd on the port asked for.
+        server_ip, server_port = r["ssh_connection"].split()[2:4]
+        assert (server_ip, int(server_port)) == (_addr(bed, host), ssh_port), r
+        if controller == "gloo":
+            assert r["horovod_hostname"] == _addr(bed, host)
+            assert r["iface"] == bed.interface
+            assert r["stats"]["hosts"] == 2, r["stats"]
+
+
+@pytest.fixture
+def topology_worker(tmp_path):
+    path = tmp_path / "topology.py"
+    path.write_text(TOPOLOGY_WORKER)
+    return str(path)
+
+
+def test_two_hosts_two_slots_topology_and_no_secret_on_command_lines(bed, topology_worker):
+    run = _horovodrun(bed, ["--gloo", "--verbose", "--disable-cache", "-np", "4", "-H",
+                            _two_by_two(bed), sys.executable, topology_worker])
+    assert run.returncode == 0, run.stdout + run.stderr
+    _check_topology(bed, _results(run.stdout))
+    # The verbose lines of spec §5.1, in order.
+    lines = run.stdout.splitlines()
+    expected = ["Filtering local host names.",
+                "Remote host found: %s %s" % (_addr(bed, 1), _addr(bed, 2)),
+                "Checking ssh on all remote hosts.",
+                "SSH was successful into all the remote hosts.",
+                "Testing interfaces on all the hosts.",
+                "Launched horovod server.",
+                "Attempted to launch horovod task servers.",
+                "Waiting for the hosts to acknowledge.",
+                "Notified all the hosts that the registration is complete.",
+                "Waiting for hosts to perform host-to-host interface checking.",
+                "Host-to-host interface checking successful.",
+                "Interfaces on all the hosts were successfully checked.",
+                "Common interface found: %s" % bed.interface]
+    positions = [lines.index(line) for line in expected]
+    assert positions == sorted(positions), run.stdout
+
+
+def test_hostfile(bed, topology_worker, tmp_path):
+    hostfile = tmp_path / "hosts.txt"
+    hostfile.write_text("%s slots=2\n%s slots=2\n" % (_addr(bed, 1), _addr(bed, 2)))
+    run = _horovodrun(bed, ["--gloo", "--disable-cache", "-np", "4", "--hostfile", str(hostfile),
+                            sys.executable, topology_worker])
+    assert run.returncode == 0, run.stdout + run.stderr
+    _check_topology(bed, _results(run.stdout))
+
+
+def test_network_interface_flag(bed, topology_worker):
+    run = _horovodrun(bed, ["--gloo", "--disable-cache", "--network-interface", bed.interface,
+                            "-np", "4", "-H", _two_by_two(bed), sys.executable, topology_worker])
+    assert run.returncode == 0, run.stdout + run.stderr
+    _check_topology(bed, _results(run.stdout))
+
+
+def test_wrong_network_interface_names_it_and_the_host(bed, topology_worker):
+    run = _horovodrun(bed, ["--gloo", "--disable-cache", "--network-interface", "hvdnone0",
+                            "-np", "2", "-H", "%s:1,%s:1" % (_addr(bed, 1), _addr(bed, 2)),
+                            sys.executable, topology_worker], timeout=60)
+    assert run.returncode != 0
+    assert "hvdnone0" in run.stderr and "launcher" in run.stderr, run.stderr
+
+
+def test_ssh_port_flag(bed, topology_worker):
+    run = _horovodrun(bed, ["--gloo", "--disable-cache", "-p", "2222", "-np", "4", "-H",
+                            _two_by_two(bed), sys.executable, topology_worker])
+    assert run.returncode == 0, run.stdout + run.stderr
+    _check_topology(bed, _results(run.stdout), ssh_port=2222)
+
+
+def test_identity_file_flag_without_agent(bed, topology_worker):
+    run = _horovodrun(bed, ["--gloo", "--disable-cache", "-i", bed.key_path, "-np", "4", "-H",
+                            _two_by_two(bed), sys.executable, topology_worker], agent=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    _check_topology(bed, _results(run.stdout))
+
+
+def test_mpi_across_hosts(bed, topology_worker):
+    run = _horovodrun(bed, ["--mpi", "--verbose", "--disable-cache", "-np", "4", "-H",
+                            _two_by_two(bed), sys.executable, topology_worker])
+    assert run.returncode == 0, run.stdout + run.stderr
+    # mpirun is given the interface the probe found.
+    assert "-mca btl_tcp_if_include %s " % bed.interface in run.stdout, run.stdout
+    results = _results(re.sub(r"^\[1,(\d+)\]", r"[\1]", run.stdout, flags=re.M))
+    _check_topology(bed, results, controller="mpi")
+
+
+@pytest.mark.parametrize("controller", ["--gloo", "--mpi"])
+def test_digits_example_trains_across_two_hosts(bed, tmp_path, controller):
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    run = _horovodrun(bed, [controller, "--disable-cache", "-np", "4", "-H", _two_by_two(bed),
+                            sys.executable, str(EXAMPLES / "pytorch" / "pytorch_digits.py"),
+                            "--checkpoint", str(tmp_path / "digits.pt")])
+    assert run.returncode == 0, run.stdout + run.stderr
+    prefix = "[1,0]<stdout>:" if controller == "--mpi" else "[0]<stdout>:"
+    rank0 = [line[len(prefix):] for line in run.stdout.splitlines() if line.startswith(prefix)]
+    assert any("parameters identical on all 4 ranks" in line for line in rank0), run.stdout
+    accuracy = float(re.fullmatch(r"test accuracy: (\d\.\d+)", rank0[-1]).group(1))
+    assert accuracy >= 0.95, run.stdout
+
+
+@pytest.mark.parametrize("layout,hierarchical", [
+    ((1, 1), False), ((2, 2), False), ((2, 2), True), ((1, 1, 1), False), ((1, 1, 1), True)])
+def test_every_collective_across_hosts(bed, tmp_path, layout, hierarchical):
+    worker = tmp_path / "collectives.py"
+    worker.write_text(COLLECTIVES_WORKER)
+    hosts = ",".join("%s:%d" % (_addr(bed, i + 1), slots) for i, slots in enumerate(layout))
+    args = ["--gloo", "--disable-cache", "-np", str(sum(layout)), "-H", hosts]
+    if hierarchical:
+        args += ["--hierarchical-allreduce", "--hierarchical-allgather"]
+    run = _horovodrun(bed, args + [sys.executable, str(worker)])
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = _results(run.stdout)
+    assert sorted(results) == list(range(sum(layout))), run.stdout
+    for r in results.values():
+        counts, stats = r["counts"], r["stats"]
+        # Every check of the suite ran (each raises on a result that differs from numpy's).
+        assert counts["check_allreduce"] >= 700 and counts["check_alltoall"] == 48, counts
+        assert counts["check_broadcast"] == 60 * sum(layout), counts
+        assert stats["hosts"] == len(layout), stats
+        homogeneous = len(set(layout)) == 1
+        assert bool(stats["hierarchical"]) == (hierarchical and homogeneous), stats
+        if hierarchical:
+            assert stats["hierarchical_allreduces"] > 0 and stats["hierarchical_allgathers"] > 0
+
+
+def _start_looping_job(bed, tmp_path, extra=()):
+    worker = tmp_path / "loop.py"
+    worker.write_text(LOOPING_WORKER)
+    proc = subprocess.Popen([sys.executable, "-m", "horovod.runner.launch", "--gloo",
+                             "--disable-cache", *extra, "-np", "4", "-H", _two_by_two(bed),
+                             sys.executable, str(worker)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=bed.env())
+    pids = {}
+    deadline = time.monotonic() + 120
+    while len(pids) < 4 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        match = re.match(r"\[\d+\]<stdout>:PID (\d+) (\d+)", line)
+        if match:
+            pids[int(match.group(1))] = int(match.group(2))
+    assert len(pids) == 4, "the workers did not start: %s" % pids
+    return proc, pids
+
+
+def test_remote_worker_killed_stops_the_job(bed, tmp_path):
+    proc, pids = _start_looping_job(bed, tmp_path)
+    time.sleep(1)
+    os.kill(pids[3], signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "Process name: 3\nExit code: 137 (SIGKILL)\nHost: %s" % _addr(bed, 2) in err, out + err
+    for pid in pids.values():
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
+
+def test_launcher_sigkill_stops_remote_workers(bed, tmp_path):
+    proc, pids = _start_looping_job(bed, tmp_path)
+    time.sleep(1)
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + CLEANUP_S
+    alive = list(pids.values())
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        time.sleep(0.2)
+    assert not alive, "workers survived their launcher: %s" % alive
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_launcher_sigterm_or_ctrl_c_stops_remote_workers(bed, tmp_path, signum):
+    proc, pids = _start_looping_job(bed, tmp_path)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    for pid in pids.values():
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
+
+def test_unreachable_host_is_named(bed, topology_worker):
+    missing = "198.18.0.99"
+    run = _horovodrun(bed, ["--gloo", "--disable-cache", "-np", "2", "-H",
+                            "%s:1,%s:1" % (_addr(bed, 1), missing), sys.executable,
+                            topology_worker], timeout=120)
+    assert run.returncode != 0
+    assert "ssh not successful for host %s" % missing in run.stdout, run.stdout + run.stderr
+    assert _addr(bed, 1) + ":" not in run.stdout
+    assert "could not connect to some hosts via ssh" in run.stderr
+
+
+def test_refused_key_is_named(bed, topology_worker):
+    run = _horovodrun(bed, ["--gloo", "--disable-cache", "-i", bed.unauthorized_key_path,
+                            "-np", "2", "-H", "%s:1,%s:1" % (_addr(bed, 1), _addr(bed, 2)),
+                            sys.executable, topology_worker], agent=False, timeout=120)
+    assert run.returncode != 0
+    for index in (1, 2):
+        assert "ssh not successful for host %s" % _addr(bed, index) in run.stdout, run.stdout
+    assert "Permission denied" in run.stdout
+
+
+def test_host_that_never_starts_its_worker_is_named(bed, topology_worker, tmp_path):
+    """The ssh check and the interface probe come from the cache of a first run; then host 2's
+    sshd is stopped (SIGSTOP: connections are accepted by the kernel, never answered), so its
+    workers never start, and --start-timeout ends the job naming the host."""
+    env = dict(bed.env(), HOME=str(tmp_path))  # the cache lives in ~/.horovod
+    hosts = "%s:1,%s:1" % (_addr(bed, 1), _addr(bed, 2))
+    args = [sys.executable, "-m", "horovod.runner.launch", "--gloo", "--start-timeout", "5",
+            "-np", "2", "-H", hosts, sys.executable, topology_worker]
+    first = subprocess.run(args, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert (tmp_path / ".horovod" / "cache.json").is_file()
+    sshd = bed.sshd_pid(2)
+    os.kill(sshd, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        run = subprocess.run(args, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S,
+                             env=env)
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(sshd, signal.SIGCONT)
+    assert run.returncode != 0
+    assert "rank(s) 1 on host %s did not start within the start timeout of 5 seconds" % (
+        _addr(bed, 2)) in run.stderr, run.stdout + run.stderr
+    assert elapsed < 60, elapsed
