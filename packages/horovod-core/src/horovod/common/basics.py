@@ -134,9 +134,46 @@ class HorovodBasics:
                              f"got {type(comm).__name__}.") from None
         return 0, ranks
 
+    # (host, local rank) that an elastic launcher started this process for; kept across resets.
+    _elastic_slot = None
+
+    def _elastic_assignment(self, config):
+        """In an elastic job, ask the launcher for this process's place in the next rendezvous
+        round: blocks until the round is decided, updates the six HOROVOD_* topology variables
+        and returns the round's generation, which fences the rendezvous keys (core.md §13).
+
+        Raises :class:`~horovod.common.exceptions.WorkerRemovedError` (a ``RuntimeError``) when
+        the launcher removed this process's slot from the job.
+        """
+        import json
+        from horovod.common.rendezvous import RendezvousClient
+        if HorovodBasics._elastic_slot is None:
+            HorovodBasics._elastic_slot = (
+                os.environ.get("HOROVOD_HOSTNAME", ""), int(os.environ.get("HOROVOD_LOCAL_RANK", "0")))
+        host, local_rank = HorovodBasics._elastic_slot
+        # The launcher answers once every worker of the round is ready: allow its elastic timeout.
+        wait_s = float(os.environ.get("HOROVOD_ELASTIC_TIMEOUT", "600")) + 60
+        client = RendezvousClient(config["rendezvous_addr"], config["rendezvous_port"], timeout_s=wait_s)
+        answer = json.loads(client.get("elastic_slot", f"{host}:{local_rank}"))
+        values = [int(v) for v in answer["slot"].split(",")]
+        if values[0] < 0:
+            from horovod.common.exceptions import WorkerRemovedError
+            raise WorkerRemovedError(f"{host}[{local_rank}] has been removed from the elastic job (its host was "
+                               "blacklisted or is no longer listed by the host discovery, or the job ended)")
+        names = ["HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+                 "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"]
+        for name, value in zip(names, values, strict=True):
+            os.environ[name] = str(value)
+        return int(answer["generation"])
+
     def _start(self, process_sets, mpi_comm=0, mpi_ranks=()):
         env = _core.read_environment()
         config = _core.parse_config(env)
+        generation = None
+        if config["elastic"] and config["backend"] != "mpi" and config["rendezvous_addr"]:
+            generation = self._elastic_assignment(config)
+            env = _core.read_environment()
+            config = _core.parse_config(env)
         if (mpi_comm or mpi_ranks) and config["backend"] != "mpi":
             # comm= only makes sense over MPI: ask for it explicitly.
             env["HOROVOD_CONTROLLER"] = "mpi"
@@ -179,6 +216,11 @@ class HorovodBasics:
         # Every rank inits the same number of times, so the prefix keeps the keys of
         # successive inits against one rendezvous service apart.
         prefix = f"init{HorovodBasics._init_count}."
+        if generation is not None:
+            # Elastic: ranks that joined later have fewer inits behind them; the launcher's
+            # generation numbers the round for all of them, so a stale peer of an older round
+            # never meets this one.
+            prefix = f"elastic{generation}."
         try:
             _core.init(env, store, prefix, static_sets, mpi_comm, list(mpi_ranks))
         except Exception as e:

@@ -8,8 +8,9 @@ re-initialised, the state is synchronised from rank 0 and the function runs agai
 
 import functools
 import queue
+import sys
 
-from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt, WorkerRemovedError
 
 try:
     from horovod.runner.elastic.worker import HostUpdateResult, WorkerNotificationManager
@@ -170,6 +171,8 @@ def run_fn(func, reset):
         ``wrapper(state, *args, **kwargs)`` returning what ``func`` returns. Before each attempt
         the state is synchronised from rank 0, except after a ``HostsUpdatedInterrupt`` with
         ``skip_sync``. After ``HorovodInternalError`` the state is restored to its last commit.
+        When the elastic launcher removed this worker's slot, the re-initialisation raises
+        ``WorkerRemovedError`` and the process exits with status 0 after one line on stderr.
         Other exceptions propagate.
     """
     @functools.wraps(func)
@@ -188,7 +191,12 @@ def run_fn(func, reset):
                     skip_sync = False
                 except HostsUpdatedInterrupt as e:
                     skip_sync = e.skip_sync
-                reset()
+                try:
+                    reset()
+                except WorkerRemovedError as e:
+                    # The launcher no longer has a slot for this process: leave quietly.
+                    print(f"horovod elastic: {e}; this worker exits", file=sys.stderr, flush=True)
+                    sys.exit(0)
                 state.on_reset()
         finally:
             notification_manager.remove_listener(state)

@@ -28,6 +28,11 @@ def get_version_mismatch_message(name, version, installed_version):
             f"against the installed framework version.")
 
 
+class WorkerRemovedError(RuntimeError):
+    """The elastic launcher removed this worker's slot from the job (its host was blacklisted or
+    is no longer listed by the host discovery, or the job ended): the process should exit."""
+
+
 class HorovodVersionMismatchError(ImportError):
     """A framework package found a framework version it does not support."""
 

@@ -160,7 +160,10 @@ class _Job:
                                self.settings.ssh_identity_file) + [bootstrap]
         return argv, line
 
-    def run_slot(self, slot_info):
+    def execute_slot(self, slot_info, events, index=None):
+        """Run ``slot_info``'s worker (over ssh on a remote host) until it exits or one of
+        ``events`` is set; return its exit code. ``index`` labels its output lines (default:
+        its rank; a callable is asked for the label of each line)."""
         rank = slot_info.rank
         is_remote = slot_info.hostname in self.remote_hosts
         if self.settings.verbose:
@@ -178,8 +181,7 @@ class _Job:
             else:
                 command, stdin_line, env = self.command, None, self.worker_env(slot_info)
             code = safe_shell_exec.execute(
-                command, env=env, index=rank,
-                events=[self.shutdown_event, self.terminate_all_event],
+                command, env=env, index=rank if index is None else index, events=events,
                 prefix_output_with_timestamp=self.settings.prefix_output_with_timestamp,
                 raw_stdout=raw[0], raw_stderr=raw[1], stdin_line=stdin_line)
         except Exception as e:
@@ -189,6 +191,12 @@ class _Job:
             for f in raw:
                 if f is not None:
                     f.close()
+        return code
+
+    def run_slot(self, slot_info):
+        rank = slot_info.rank
+        is_remote = slot_info.hostname in self.remote_hosts
+        code = self.execute_slot(slot_info, [self.shutdown_event, self.terminate_all_event])
         with self._lock:
             self.results.append((time.time(), rank, code, slot_info.hostname))
             if code == 0:
@@ -320,3 +328,88 @@ def gloo_run(settings, nics, env, server_ip, command):
                                                          host=host))
     if job.shutdown_event.is_set():
         raise RuntimeError("horovodrun was interrupted by a signal; all workers were stopped")
+
+
+def _get_min_start_hosts(settings):
+    """Hosts an elastic job waits for before it starts: 2 to detect the common network
+    interfaces, 1 when ``--network-interface`` names them."""
+    return 2 if settings.elastic and not settings.nics else 1
+
+
+def gloo_run_elastic(settings, env, command):
+    """Run ``command`` as an elastic job (``settings``: an
+    :class:`~horovod.runner.elastic.settings.ElasticSettings`) and wait for it to end.
+
+    Workers are started on the hosts ``settings.discovery`` reports, up to
+    ``settings.max_num_proc``; they find their ranks through the rendezvous server at every
+    reset (``HOROVOD_ELASTIC=1``). Each output line is prefixed with the worker's rank at the
+    time it was relayed.
+
+    Raises:
+        RuntimeError: the job failed: the driver's reason (reset limit, every worker or host
+            failed, the discovery script failed at start) or the first worker that exited
+            non-zero.
+        TimeoutException: fewer than ``settings.min_num_proc`` slots (``settings.num_proc`` to
+            start) for ``settings.elastic_timeout`` seconds.
+    """
+    from horovod.runner.driver import driver_service
+    from horovod.runner.elastic.driver import ElasticDriver
+    from horovod.runner.elastic.rendezvous import create_rendezvous_handler
+
+    if settings.output_filename:
+        _mkdir_p(settings.output_filename)
+    rendezvous = RendezvousServer(secret=settings.key)
+    driver = ElasticDriver(rendezvous, settings.discovery, settings.min_num_proc,
+                           settings.max_num_proc, timeout=settings.elastic_timeout,
+                           reset_limit=settings.reset_limit,
+                           cooldown_range=settings.cooldown_range, verbose=settings.verbose)
+    port = rendezvous.start(create_rendezvous_handler(driver))
+    shutdown_event, restore_signals = register_shutdown_event()
+    try:
+        current = driver.wait_for_available_slots(settings.num_proc,
+                                                  min_hosts=_get_min_start_hosts(settings))
+        host_names = current.host_assignment_order
+        if settings.nics:
+            nics = sorted(settings.nics)
+        else:
+            nics = driver_service.get_common_interfaces(settings, host_names)
+        server_ip = network.get_driver_ip(nics)
+        job = _Job(settings, dict(env), create_run_env_vars(server_ip, nics, port, elastic=True),
+                   command, rendezvous.secret)
+        remote_cache = {}
+
+        def create_worker(slot_info, events):
+            host = slot_info.hostname
+            if host not in remote_cache:
+                remote_cache[host] = bool(network.filter_local_addresses([host]))
+            if remote_cache[host]:
+                job.remote_hosts.add(host)
+
+            def label():
+                # The worker's rank now (it changes at resets).
+                info = driver.get_slot_info(host, slot_info.local_rank)
+                return info.rank if info.rank >= 0 else slot_info.rank
+
+            code = job.execute_slot(slot_info, events + [shutdown_event], index=label)
+            return code, time.time()
+
+        driver.start(settings.num_proc, create_worker)
+        while not driver.finished():
+            if shutdown_event.wait(0.1):
+                driver.stop("horovodrun was interrupted by a signal; all workers were stopped")
+        results = driver.get_results()
+    finally:
+        driver.stop()
+        driver.wait_for_workers()
+        rendezvous.stop()
+        restore_signals()
+
+    if results.error_message:
+        raise RuntimeError(results.error_message)
+    failed = sorted((timestamp, name, code)
+                    for name, (code, timestamp) in results.worker_results.items() if code != 0)
+    if failed:
+        _, name, code = failed[0]
+        host = name.rpartition("[")[0]
+        raise RuntimeError(JOB_FAILED_MESSAGE.format(rank=name, code=describe_exit_code(code),
+                                                     host=host))

@@ -421,8 +421,71 @@ def _run(args):
 
 
 def _run_elastic(args):
-    raise ValueError("elastic mode (--min-np, --max-np, --host-discovery-script) is not "
-                     "implemented in this release of horovodrun")
+    """Run an elastic job: hosts from ``--host-discovery-script`` (or ``-H``, which must name
+    at least 2 hosts), workers restarted and re-ranked as hosts come and go (runner.md §5.5)."""
+    from horovod.runner.elastic import discovery as elastic_discovery
+    from horovod.runner.elastic.settings import ElasticSettings
+
+    if args.use_mpi or args.use_jsrun:
+        raise ValueError("elastic mode (--min-np, --max-np, --host-discovery-script) needs the "
+                         "Gloo controller; drop --mpi/--jsrun")
+    if not gloo_built(verbose=bool(args.verbose)):
+        raise ValueError(GLOO_NOT_BUILT)
+    if args.host_discovery_script:
+        discovery = elastic_discovery.HostDiscoveryScript(args.host_discovery_script, args.slots)
+    elif args.hosts:
+        _, available_host_slots = hosts.parse_hosts_and_slots(args.hosts)
+        if len(available_host_slots) < 2:
+            raise ValueError("Cannot run in fault tolerance mode with fewer than 2 hosts: -H "
+                             "gives %s; list more hosts, or give --host-discovery-script"
+                             % args.hosts)
+        discovery = elastic_discovery.FixedHosts(available_host_slots)
+    else:
+        raise ValueError("elastic mode needs --host-discovery-script or -H/--hosts")
+    min_num_proc = args.min_num_proc if args.min_num_proc is not None else args.num_proc
+    max_num_proc = args.max_num_proc
+    if min_num_proc > args.num_proc or (max_num_proc is not None and max_num_proc < args.num_proc):
+        raise ValueError("elastic mode needs --min-np (%s) <= -np (%d) <= --max-np (%s)"
+                         % (min_num_proc, args.num_proc, max_num_proc))
+    if args.cooldown_range is not None:
+        lo, hi = args.cooldown_range
+        if not 1 <= lo <= hi <= 3600:
+            raise ValueError("--blacklist-cooldown-range needs 1 <= lower <= upper <= 3600 "
+                             "seconds, got %s" % list(args.cooldown_range))
+    start_timeout = args.start_timeout
+    if start_timeout is None:
+        start_timeout = int(os.environ.get("HOROVOD_START_TIMEOUT", DEFAULT_START_TIMEOUT_S))
+    elastic_timeout = args.elastic_timeout
+    if elastic_timeout is None:
+        elastic_timeout = int(os.environ.get("HOROVOD_ELASTIC_TIMEOUT",
+                                             DEFAULT_ELASTIC_TIMEOUT_S))
+    settings = ElasticSettings(
+        discovery=discovery, min_num_proc=min_num_proc, max_num_proc=max_num_proc,
+        elastic_timeout=elastic_timeout, reset_limit=args.reset_limit,
+        cooldown_range=args.cooldown_range, num_proc=args.num_proc,
+        verbose=2 if args.verbose else 0, ssh_port=args.ssh_port,
+        ssh_identity_file=args.ssh_identity_file, key=secret.make_secret_key(),
+        start_timeout=timeout.Timeout(start_timeout, message=START_TIMEOUT_MESSAGE),
+        output_filename=args.output_filename, run_func_mode=args.run_func is not None,
+        nics=args.nics, prefix_output_with_timestamp=args.prefix_output_with_timestamp)
+    env = os.environ.copy()
+    config_parser.set_env_from_args(env, args)
+    if args.run_func is None:
+        gloo_launcher.gloo_run_elastic(settings, env, args.command)
+        return None
+    kv_store = KVStoreServer(secret=settings.key)
+    port = kv_store.start_server()
+    try:
+        put_data_into_kvstore("127.0.0.1", port, "runfunc", "func", args.run_func)
+        # Workers reach the store at the launcher's address on the job's interface, which only
+        # the launch knows: run_task reads it from HOROVOD_GLOO_RENDEZVOUS_ADDR when "-" is given.
+        command = [args.executable or sys.executable, "-m", "horovod.runner.run_task", "-",
+                   str(port)]
+        gloo_launcher.gloo_run_elastic(settings, env, command)
+        return [read_data_from_kvstore("127.0.0.1", port, "runfunc_result", str(rank))
+                for rank in range(min_num_proc)]
+    finally:
+        kv_store.shutdown_server()
 
 
 def _run_static(args):

@@ -5,6 +5,7 @@ calls it, and stores its return value under ``runfunc_result/<rank>``. The job s
 ``_HOROVOD_SECRET_KEY``; only authenticated data is unpickled.
 """
 
+import os
 import sys
 
 from horovod.runner.common.util.env import get_env_rank_and_size
@@ -27,4 +28,8 @@ def main(addr, port):
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit("usage: python -m horovod.runner.run_task <addr> <port>")
-    main(sys.argv[1], int(sys.argv[2]))
+    # "-": the launcher's address on the job's interface, as the launch gave it to the worker.
+    address = sys.argv[1]
+    if address == "-":
+        address = os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"]
+    main(address, int(sys.argv[2]))

@@ -7,7 +7,10 @@ The elastic driver tells the rank-0 worker when the set of hosts changes; the
 
 import enum
 import os
+import socket
 import threading
+
+from horovod.runner.common.util import network, secret
 
 
 class HostUpdateResult(enum.IntFlag):
@@ -16,6 +19,41 @@ class HostUpdateResult(enum.IntFlag):
     removed = 1
     added = 2
     mixed = 3
+
+
+class HostsUpdatedRequest:
+    """The driver's news that the hosts changed at ``timestamp`` (``res``: what changed)."""
+
+    def __init__(self, timestamp, res=HostUpdateResult.no_update):
+        self.timestamp = timestamp
+        self.res = res
+
+
+class WorkerNotificationService(network.BasicService):
+    """The service through which the driver reaches one worker process."""
+
+    NAME = 'worker notification service'
+
+    def __init__(self, key, nic, manager):
+        super().__init__(WorkerNotificationService.NAME, key, {nic} if nic else None)
+        self._manager = manager
+
+    def _handle(self, req, client_address):
+        if isinstance(req, HostsUpdatedRequest):
+            self._manager.handle_hosts_updated(req.timestamp, req.res)
+            return network.AckResponse()
+        return super()._handle(req, client_address)
+
+
+class WorkerNotificationClient(network.BasicClient):
+    """The driver's client of one worker's :class:`WorkerNotificationService`."""
+
+    def __init__(self, addresses, key, verbose, match_intf=False):
+        super().__init__(WorkerNotificationService.NAME, addresses, key, verbose,
+                         match_intf=match_intf, probe_timeout=5, attempts=3)
+
+    def notify_hosts_updated(self, timestamp, update_res):
+        self._send(HostsUpdatedRequest(timestamp, update_res))
 
 
 class WorkerNotificationManager:
@@ -43,28 +81,39 @@ class WorkerNotificationManager:
             hostname (str): this worker's host name; default env ``HOROVOD_HOSTNAME``.
             local_rank (int): this worker's local rank; default env ``HOROVOD_LOCAL_RANK``.
 
-        Calling it again after a successful call does nothing. Raises nothing; in particular a
-        plain ``python`` process or a static ``horovodrun`` launch is left alone.
+        Starts a :class:`WorkerNotificationService` (with a key of its own) and publishes its
+        addresses and key under ``worker_addresses/<hostname>:<local_rank>`` of the rendezvous
+        server, where the elastic driver picks them up. Calling it again after a successful call
+        does nothing. Without an address (a plain ``python`` process), or with the address only
+        from the environment of a launch that is not elastic (``HOROVOD_ELASTIC`` unset), it
+        does nothing.
         """
         with self._lock:
             if self._rendezvous is not None:
                 return
-            if os.environ.get('HOROVOD_ELASTIC') != '1':
+            if not rendezvous_addr and os.environ.get('HOROVOD_ELASTIC') != '1':
                 return
             rendezvous_addr = rendezvous_addr or os.environ.get('HOROVOD_GLOO_RENDEZVOUS_ADDR')
             if not rendezvous_addr:
                 return
-            # The driver pushes updates through a notification service registered under
-            # worker_addresses/<host>:<local_rank>; that service comes with the elastic launcher.
-            # Until then the parameters are recorded and updates arrive via handle_hosts_updated.
-            self._rendezvous = {
-                'addr': rendezvous_addr,
-                'port': int(rendezvous_port or os.environ.get('HOROVOD_GLOO_RENDEZVOUS_PORT', 0)),
-                'nic': nic or os.environ.get('HOROVOD_GLOO_IFACE'),
-                'hostname': hostname or os.environ.get('HOROVOD_HOSTNAME'),
-                'local_rank': int(local_rank if local_rank is not None
-                                  else os.environ.get('HOROVOD_LOCAL_RANK', 0)),
-            }
+            from horovod.runner.http.http_client import put_data_into_kvstore
+            port = int(rendezvous_port or os.environ.get('HOROVOD_GLOO_RENDEZVOUS_PORT', 0))
+            nic = nic or os.environ.get('HOROVOD_GLOO_IFACE')
+            hostname = hostname or os.environ.get('HOROVOD_HOSTNAME') or socket.gethostname()
+            local_rank = int(local_rank if local_rank is not None
+                             else os.environ.get('HOROVOD_LOCAL_RANK', 0))
+            key = secret.make_secret_key()
+            service = WorkerNotificationService(key, nic, self)
+            try:
+                put_data_into_kvstore(rendezvous_addr, port, 'worker_addresses',
+                                      '%s:%d' % (hostname, local_rank),
+                                      (service.addresses(), key))
+            except BaseException:
+                service.shutdown()
+                raise
+            self._service = service
+            self._rendezvous = {'addr': rendezvous_addr, 'port': port, 'nic': nic,
+                                'hostname': hostname, 'local_rank': local_rank}
 
     def register_listener(self, listener):
         """Adds ``listener`` (an object with ``on_hosts_updated``); adding it twice keeps one."""

@@ -99,6 +99,10 @@ class SamplerStateHandler(StateHandler):
     def sync(self):
         self.value.load_state_dict(broadcast_object(self.value.state_dict()))
 
+    def reset(self):
+        # The world may have changed without a sync (hosts only removed): repartition.
+        self.value.reset()
+
 
 _handler_registry = [
     (torch.nn.Module, ModelStateHandler),
@@ -171,6 +175,15 @@ class TorchState(ObjectState):
         for handler in self._handlers.values():
             handler.sync()
         super().sync()
+
+    def reset(self):
+        """After Horovod was re-initialised: handlers that depend on the world size and rank
+        (an :class:`ElasticSampler`) recompute their share, also when the state is not
+        synchronised (hosts only removed)."""
+        for handler in self._handlers.values():
+            reset = getattr(handler, "reset", None)
+            if reset is not None:
+                reset()
 
     def __getattr__(self, name):
         # Only reached when normal lookup fails, i.e. for handled values.

@@ -39,7 +39,7 @@ def prefix_connection(src_connection, dst_stream, prefix, index, prefix_output_w
         dst_stream: text stream, flushed after every line.
         prefix: ``"stdout"`` or ``"stderr"``; with ``index`` it makes ``[<index>]<<prefix>>:``.
             When either is None lines are copied unchanged (and without a timestamp).
-        index: the worker's rank.
+        index: the worker's rank, or a callable returning the rank for each line.
         prefix_output_with_timestamp: put ``time.asctime()`` of the local time before the prefix.
         raw_stream: optional text stream that receives the unprefixed output.
 
@@ -55,13 +55,15 @@ def prefix_connection(src_connection, dst_stream, prefix, index, prefix_output_w
     if raw_stream is not None:
         destinations.insert(0, (raw_stream, False))
 
-    # The rank prefix is the same for every line; only the timestamp has to be made per line.
-    head = "[%s]<%s>:" % (index, prefix) if prefix is not None and index is not None else None
+    # The rank prefix is the same for every line (unless ``index`` is a callable, asked per
+    # line: an elastic worker's rank changes); only the timestamp has to be made per line.
+    labelled = prefix is not None and index is not None
+    head = "[%s]<%s>:" % (index, prefix) if labelled and not callable(index) else None
 
     def emit(line):
         prefixed = line
-        if head is not None:
-            prefixed = head + line
+        if labelled:
+            prefixed = (head or "[%s]<%s>:" % (index(), prefix)) + line
             if prefix_output_with_timestamp:
                 prefixed = time.asctime(time.localtime(time.time())) + prefixed
         with _write_lock:

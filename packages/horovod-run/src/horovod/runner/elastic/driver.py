@@ -1,0 +1,349 @@
+"""The elastic driver: discovers hosts, assigns slots, starts workers and decides resets
+(runner.md §5.5)."""
+
+import collections
+import os
+import threading
+import time
+
+from horovod.runner.common.util import hosts as hosts_util
+from horovod.runner.common.util import timeout as timeout_util
+from horovod.runner.elastic.discovery import HostManager
+from horovod.runner.elastic.registration import WorkerStateRegistry
+from horovod.runner.elastic.worker import HostUpdateResult, WorkerNotificationClient
+
+DISCOVER_HOSTS_FREQUENCY_SECS = 1.0
+ELASTIC_TIMEOUT_SECS = 600
+
+
+class Results:
+    """What an elastic job ended with: ``error_message`` (None on success) and
+    ``worker_results`` (``{"<host>[<local_rank>]": (exit_code, timestamp)}``)."""
+
+    def __init__(self, error_message, worker_results):
+        self.error_message = error_message
+        self.worker_results = worker_results
+
+
+class ResultsRecorder:
+    def __init__(self):
+        self._error_message = None
+        self._worker_results = {}
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+
+    def expect(self, worker_names):
+        """Forget the results of workers that are not in ``worker_names`` (a new round)."""
+        with self._lock:
+            self._worker_results = {name: result for name, result in self._worker_results.items()
+                                    if name in worker_names}
+
+    def set_error_message(self, error_message):
+        with self._lock:
+            if self._error_message is None:
+                self._error_message = error_message
+
+    def add_result(self, key, value):
+        with self._lock:
+            self._worker_results[key] = value
+
+    def finish(self):
+        self._done.set()
+
+    def get_results(self):
+        self._done.wait()
+        with self._lock:
+            return Results(self._error_message, dict(self._worker_results))
+
+
+class ElasticDriver:
+    """Drives an elastic job.
+
+    Args:
+        rendezvous: the :class:`~horovod.runner.http.http_server.RendezvousServer` (started).
+        discovery: a :class:`~horovod.runner.elastic.discovery.HostDiscovery`.
+        min_num_proc, max_num_proc: the fewest workers to train with, and the most (None: as
+            many as there are slots).
+        timeout: seconds to wait for ``min_num_proc`` slots (default: env
+            ``HOROVOD_ELASTIC_TIMEOUT`` or ``ELASTIC_TIMEOUT_SECS``).
+        reset_limit: the most resets (None: unlimited).
+        cooldown_range: ``(lo, hi)`` seconds of blacklist cooldown, or None (permanent).
+        verbose: print what the driver does when >= 1.
+    """
+
+    def __init__(self, rendezvous, discovery, min_num_proc, max_num_proc, timeout=None,
+                 reset_limit=None, cooldown_range=None, verbose=0):
+        self._rendezvous = rendezvous
+        self._host_manager = HostManager(discovery, cooldown_range)
+        self._min_num_proc = min_num_proc
+        self._max_num_proc = max_num_proc
+        self._timeout = timeout or int(os.environ.get("HOROVOD_ELASTIC_TIMEOUT",
+                                                      ELASTIC_TIMEOUT_SECS))
+        self._verbose = verbose
+        self._worker_registry = WorkerStateRegistry(self, self._host_manager, reset_limit,
+                                                    verbose=verbose)
+        self._results = ResultsRecorder()
+        self._shutdown = threading.Event()
+        self._wait_hosts_cond = threading.Condition()
+        self._assignment_lock = threading.RLock()
+        self._host_assignments = {}
+        self._slot_infos = {}
+        self._world_size = 0
+        self._worker_clients = {}
+        self._alive = set()
+        self._create_worker_fn = None
+        self._notified_generation = 0
+        self._discovery_error = None
+        self._first_discovery = threading.Event()
+        self._discovery_thread = threading.Thread(target=self._discover_hosts,
+                                                  name="horovod-elastic-discovery", daemon=True)
+        self._discovery_thread.start()
+
+    # --- discovery ------------------------------------------------------------------------
+
+    def _discover_hosts(self):
+        first = True
+        while not self._shutdown.is_set():
+            with self._wait_hosts_cond:
+                try:
+                    update_res = self._host_manager.update_available_hosts()
+                except Exception as e:
+                    if first:
+                        self._discovery_error = e
+                        self.stop(str(e))
+                        self._first_discovery.set()
+                        raise
+                    self._say("host discovery failed (retrying): %s" % e)
+                    update_res = HostUpdateResult.no_update
+                if update_res != HostUpdateResult.no_update:
+                    self._say("hosts changed (%s): %s" % (
+                        update_res.name if update_res.name else int(update_res),
+                        self._host_manager.current_hosts.host_slots))
+                    self._wait_hosts_cond.notify_all()
+            self._notify_workers_host_changes(self._host_manager.current_hosts)
+            first = False
+            self._first_discovery.set()
+            self._shutdown.wait(DISCOVER_HOSTS_FREQUENCY_SECS)
+
+    def _notify_workers_host_changes(self, current_hosts):
+        """Tell the rank-0 worker once per generation when the hosts would be assigned
+        differently (and enough slots exist)."""
+        generation = self._worker_registry.generation
+        if not self._host_assignments or self._notified_generation == generation:
+            return
+        if current_hosts.count_available_slots() < self._min_num_proc:
+            return
+        try:
+            planned = self._plan(current_hosts)
+        except (ValueError, RuntimeError):
+            return
+        with self._assignment_lock:
+            current = {(s.hostname, s.local_rank) for s in self._slot_infos.values()}
+        if {(s.hostname, s.local_rank) for s in planned} == current:
+            return
+        coordinator = self.get_coordinator_info()
+        client = self.get_worker_client(coordinator)
+        if client is None:
+            return  # rank 0 has not registered yet; tried again at the next poll
+        update_res = HostUpdateResult.no_update
+        if any((s.hostname, s.local_rank) not in current for s in planned):
+            update_res |= HostUpdateResult.added
+        if any(slot not in {(s.hostname, s.local_rank) for s in planned} for slot in current):
+            update_res |= HostUpdateResult.removed
+        try:
+            client.notify_hosts_updated(int(time.time() * 1000), update_res)
+            self._notified_generation = generation
+            self._say("told rank 0 that the hosts changed")
+        except Exception as e:
+            self._say("could not notify rank 0 (retrying): %s" % e)
+
+    # --- assignment and workers ------------------------------------------------------------
+
+    def wait_for_available_slots(self, min_num_proc, min_hosts=1):
+        """Block until ``min_num_proc`` slots on ``min_hosts`` hosts are available; return the
+        current :class:`DiscoveredHosts`.
+
+        Raises ``TimeoutException`` after the elastic timeout, naming the count waited for, and
+        ``RuntimeError`` when the driver stopped meanwhile.
+        """
+        self._first_discovery.wait(self._timeout)
+        extra = ""
+        if min_hosts > 1:
+            extra = (" and %d hosts (detecting the network interfaces needs 2 hosts unless "
+                     "--network-interface is given)" % min_hosts)
+        tmout = timeout_util.Timeout(
+            self._timeout,
+            message="Timed out waiting for {activity}. The job needs at least %d slots%s; "
+                    "check the hosts the discovery reports, or raise --elastic-timeout "
+                    "(seconds)." % (min_num_proc, extra))
+        with self._wait_hosts_cond:
+            while True:
+                current = self._host_manager.current_hosts
+                available = current.count_available_slots()
+                if available >= min_num_proc and len(current.available_hosts) >= min_hosts:
+                    return current
+                if self._shutdown.is_set():
+                    raise RuntimeError("Job has been shutdown, see above error messages for "
+                                       "details.")
+                tmout.check_time_out_for("the minimum number of slots (%d, available: %d) to "
+                                         "become available" % (min_num_proc, available))
+                self._wait_hosts_cond.wait(min(1.0, max(tmout.remaining(), 0.05)))
+
+    def _plan(self, current_hosts):
+        host_list = [hosts_util.HostInfo(host, current_hosts.get_slots(host))
+                     for host in current_hosts.host_assignment_order]
+        return hosts_util.get_host_assignments(host_list, self._min_num_proc,
+                                               self._max_num_proc)
+
+    def _update_host_assignments(self, current_hosts):
+        """Assign the slots of ``current_hosts``; return the slots that need a new worker."""
+        slots = self._plan(current_hosts)
+        with self._assignment_lock:
+            previous_hosts = set(self._host_assignments)
+            new_hosts = {slot.hostname for slot in slots}
+            if previous_hosts and not previous_hosts & new_hosts:
+                raise RuntimeError("No hosts from previous set remained, unable to broadcast "
+                                   "state.")
+            assignments = collections.defaultdict(list)
+            for slot in slots:
+                assignments[slot.hostname].append(slot)
+            self._host_assignments = dict(assignments)
+            self._slot_infos = {(slot.hostname, slot.local_rank): slot for slot in slots}
+            self._world_size = len(slots)
+            pending = [slot for slot in slots
+                       if (slot.hostname, slot.local_rank) not in self._alive]
+        self._rendezvous.init(slots)
+        self._results.expect({"%s[%d]" % (s.hostname, s.local_rank) for s in slots})
+        self._worker_registry.reset(len(slots))
+        self._say("generation %d: %s" % (
+            self._worker_registry.generation,
+            ", ".join("%s:%d" % (h, len(v)) for h, v in self._host_assignments.items())))
+        return pending
+
+    def start(self, num_proc, create_worker_fn):
+        """Wait for ``num_proc`` slots, assign up to ``max_num_proc`` and start their workers;
+        ``create_worker_fn(slot_info, events) -> (exit_code, timestamp)`` runs one worker."""
+        self._create_worker_fn = create_worker_fn
+        self._activate_workers(num_proc)
+
+    def resume(self):
+        """Assign the slots again (at least ``min_num_proc``) and start the missing workers."""
+        self._activate_workers(self._min_num_proc)
+
+    def _activate_workers(self, min_num_proc):
+        current_hosts = self.wait_for_available_slots(min_num_proc)
+        pending = self._update_host_assignments(current_hosts)
+        for slot in pending:
+            with self._assignment_lock:
+                self._alive.add((slot.hostname, slot.local_rank))
+            threading.Thread(target=self._run_worker, args=(slot,), daemon=True,
+                             name="horovod-elastic-%s-%d" % (slot.hostname,
+                                                             slot.local_rank)).start()
+
+    def _run_worker(self, slot_info):
+        key = (slot_info.hostname, slot_info.local_rank)
+        events = [self._shutdown, self._host_manager.get_host_event(slot_info.hostname)]
+        try:
+            exit_code, timestamp = self._create_worker_fn(slot_info, events)
+        except Exception as e:
+            self._say("worker %s[%d] could not run: %s" % (key + (e,)))
+            exit_code, timestamp = 1, time.time()
+        with self._assignment_lock:
+            self._alive.discard(key)
+        self._handle_worker_exit(slot_info, exit_code, timestamp)
+
+    def _handle_worker_exit(self, slot_info, exit_code, timestamp):
+        host, slot = slot_info.hostname, slot_info.local_rank
+        if not self.has_rank_assignment(host, slot):
+            return  # its slot was removed: it was told to leave
+        self._results.add_result("%s[%d]" % (host, slot), (exit_code, timestamp))
+        if exit_code == 0:
+            self._worker_registry.record_success(host, slot)
+        else:
+            self._worker_registry.record_failure(host, slot)
+
+    def stop(self, error_message=None):
+        """End the job (with ``error_message`` when it failed); workers are stopped."""
+        if error_message:
+            self._results.set_error_message(error_message)
+        self._shutdown.set()
+        with self._wait_hosts_cond:
+            self._wait_hosts_cond.notify_all()
+        self._worker_registry.wake()
+        self._results.finish()
+
+    def finished(self):
+        return self._shutdown.is_set()
+
+    def get_results(self):
+        """Block until the job ended; return its :class:`Results`."""
+        return self._results.get_results()
+
+    def wait_for_workers(self, timeout_s=30):
+        """Wait up to ``timeout_s`` seconds for every worker process to have exited."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._assignment_lock:
+                if not self._alive:
+                    return
+            time.sleep(0.05)
+
+    # --- the workers' requests -------------------------------------------------------------
+
+    def register_worker_server(self, host, slot, addresses, secret_key):
+        self._worker_clients[(host, slot)] = (addresses, secret_key)
+
+    def get_worker_client(self, slot_info):
+        entry = self._worker_clients.get((slot_info.hostname, slot_info.local_rank))
+        if entry is None:
+            return None
+        addresses, key = entry
+        return WorkerNotificationClient(addresses, key, self._verbose)
+
+    def record_ready(self, host, slot):
+        """Block until the round of ``host``'s worker ``slot`` is decided; return the
+        generation it is answered in, or None (its slot was removed, or the job ended)."""
+        if not self.has_rank_assignment(host, slot):
+            return None
+        generation = self._worker_registry.record_ready(host, slot)
+        if generation is None or not self.has_rank_assignment(host, slot):
+            return None
+        return generation
+
+    def assigned_slots(self):
+        with self._assignment_lock:
+            return set(self._slot_infos)
+
+    def world_size(self):
+        with self._assignment_lock:
+            return self._world_size
+
+    def local_size(self, host):
+        with self._assignment_lock:
+            return len(self._host_assignments.get(host, []))
+
+    def get_slot_info(self, host, slot):
+        if self._host_manager.is_blacklisted(host) and not self.has_rank_assignment(host, slot):
+            return hosts_util.INVALID_SLOT_INFO
+        with self._assignment_lock:
+            return self._slot_infos.get((host, slot), hosts_util.INVALID_SLOT_INFO)
+
+    def get_coordinator_info(self):
+        with self._assignment_lock:
+            for slot in self._slot_infos.values():
+                if slot.rank == 0:
+                    return slot
+        return None
+
+    def has_rank_assignment(self, host, slot):
+        with self._assignment_lock:
+            return (host, slot) in self._slot_infos
+
+    @property
+    def host_assignments(self):
+        with self._assignment_lock:
+            return dict(self._host_assignments)
+
+    def _say(self, message):
+        if self._verbose:
+            print("horovodrun elastic: " + message, flush=True)

@@ -1,0 +1,318 @@
+"""Elastic horovodrun end to end (runner.md §5.5, core.md §13): real workers on the test bed's
+hosts (network namespaces with their own sshd, ci/testbed.sh), hosts added and removed through a
+discovery script the test rewrites, workers killed, and the ways an elastic job ends.
+
+The training script (elastic_scripts/torch_elastic_train.py) commits after every step and keeps
+in its state the sample indices of every committed global batch, so the test can check that no
+committed batch was lost or repeated and replay the training in one process.
+"""
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+SCRIPTS = pathlib.Path(__file__).resolve().parent / "elastic_scripts"
+TRAIN = str(SCRIPTS / "torch_elastic_train.py")
+JOB_TIMEOUT_S = 240
+N, BATCH, LR = 96, 4, 0.05
+
+
+class Job:
+    """A horovodrun process whose output lines are collected as they come."""
+
+    def __init__(self, args, env, cwd=None):
+        self.lines = []
+        self._lock = threading.Lock()
+        self.proc = subprocess.Popen([sys.executable, "-m", "horovod.runner.launch", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=env, cwd=cwd)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self._lock:
+                self.lines.append(line.rstrip("\n"))
+
+    def snapshot(self):
+        with self._lock:
+            return list(self.lines)
+
+    def records(self, kind):
+        """``[(prefix rank, json)]`` of the ``kind`` lines (``STEP``, ``FINAL``, ``LEAKS``)."""
+        found = []
+        for line in self.snapshot():
+            match = re.match(r"\[(\d+)\]<stdout>:%s (.*)$" % kind, line)
+            if match:
+                found.append((int(match.group(1)), json.loads(match.group(2))))
+        return found
+
+    def wait_for(self, predicate, what, timeout=120):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            if self.proc.poll() is not None:
+                time.sleep(0.5)
+                if predicate():
+                    return
+                break
+            time.sleep(0.1)
+        self.kill()
+        raise AssertionError("waited for %s:\n%s" % (what, "\n".join(self.snapshot()[-80:])))
+
+    def finish(self, timeout=JOB_TIMEOUT_S):
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError("the job did not end:\n" + "\n".join(self.snapshot()[-80:]))
+        self._reader.join(timeout=10)
+        return code, "\n".join(self.snapshot())
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def sizes(self):
+        """The world sizes of the STEP lines, consecutive repeats folded."""
+        sizes = []
+        for _, record in self.records("STEP"):
+            if not sizes or sizes[-1] != record["size"]:
+                sizes.append(record["size"])
+        return sizes
+
+
+@pytest.fixture
+def bed(testbed):
+    return testbed
+
+
+def _addr(bed, index):
+    return bed.hosts[index - 1][1]
+
+
+@pytest.fixture
+def discovery(tmp_path):
+    """``(script path, set_hosts(list of 'host:slots'))``: a discovery script printing a file."""
+    hosts_file = tmp_path / "hosts.txt"
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\ncat %s\n" % hosts_file)
+    script.chmod(0o755)
+
+    def set_hosts(hosts):
+        tmp = tmp_path / "hosts.tmp"
+        tmp.write_text("".join(h + "\n" for h in hosts))
+        os.replace(tmp, hosts_file)
+
+    return str(script), set_hosts
+
+
+def _replay(seen):
+    """One process, one SGD step per committed global batch: the parameters the job must reach."""
+    generator = torch.Generator().manual_seed(1)
+    X = torch.randn(N, 3, generator=generator, dtype=torch.float64)
+    y = X @ torch.tensor([1.5, -2.0, 0.5], dtype=torch.float64) + 0.1
+    model = torch.nn.Linear(3, 1).double()
+    with torch.no_grad():
+        model.weight.zero_()
+        model.bias.zero_()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    for _, batch in seen:
+        optimizer.zero_grad()
+        ((model(X[batch]).squeeze(1) - y[batch]) ** 2).mean().backward()
+        optimizer.step()
+    return [p.detach().reshape(-1).tolist() for p in model.parameters()]
+
+
+def _check_training(job, epochs):
+    """The job trained every epoch, committed each sample exactly once per epoch, and every
+    rank ends with the parameters a single process reaches over the same batches."""
+    finals = job.records("FINAL")
+    assert finals, "no FINAL line"
+    sizes = {record["size"] for _, record in finals}
+    assert len(sizes) == 1 and len(finals) == sizes.pop(), finals
+    params = [record["params"] for _, record in finals]
+    assert all(p == params[0] for p in params), "parameters differ between ranks: %s" % params
+    seen = next(record["seen"] for _, record in finals if record["rank"] == 0)
+    for epoch in range(epochs):
+        indices = sorted(i for e, batch in seen if e == epoch for i in batch)
+        assert indices == list(range(N)), "epoch %d: committed samples %s" % (epoch, indices)
+    assert {e for e, _ in seen} == set(range(epochs))
+    expected = _replay(seen)
+    np.testing.assert_allclose(np.concatenate([np.asarray(p) for p in params[0]]),
+                               np.concatenate([np.asarray(p) for p in expected]), rtol=1e-9,
+                               atol=1e-12)
+    # Every line carries the rank its worker had when it wrote it.
+    for prefix_rank, record in job.records("STEP") + finals:
+        assert prefix_rank == record["rank"], (prefix_rank, record)
+
+
+def _elastic_args(*extra):
+    return ["--verbose", "--network-interface", "hvdbr0", *extra]
+
+
+def test_hosts_added_then_removed(bed, discovery, tmp_path):
+    script, set_hosts = discovery
+    set_hosts(["%s:2" % _addr(bed, 1)])
+    epochs = 10
+    job = Job(_elastic_args("-np", "2", "--min-np", "2", "--max-np", "4",
+                            "--host-discovery-script", script, sys.executable, TRAIN,
+                            str(epochs)), dict(bed.env(), STEP_SLEEP="0.15"))
+    job.wait_for(lambda: len(job.records("STEP")) >= 6, "steps at size 2")
+    set_hosts(["%s:2" % _addr(bed, 1), "%s:2" % _addr(bed, 2)])
+    job.wait_for(lambda: sum(r["size"] == 4 for _, r in job.records("STEP")) >= 8,
+                 "steps at size 4")
+    set_hosts(["%s:2" % _addr(bed, 1)])
+    code, output = job.finish()
+    assert code == 0, output
+    assert job.sizes() == [2, 4, 2], job.sizes()
+    hosts_at_4 = {r["host"] for _, r in job.records("STEP") if r["size"] == 4}
+    assert hosts_at_4 == {bed.hosts[0][0], bed.hosts[1][0]}
+    _check_training(job, epochs)
+
+
+@pytest.mark.parametrize("cooldown", [False, True])
+def test_killed_worker_blacklists_its_host(bed, cooldown):
+    hosts = "%s:2,%s:2" % (_addr(bed, 1), _addr(bed, 2))
+    extra = ["--blacklist-cooldown-range", "1", "2"] if cooldown else []
+    epochs = 12 if cooldown else 6
+    job = Job(_elastic_args("-np", "4", "--min-np", "2", "-H", hosts, *extra, sys.executable,
+                            TRAIN, str(epochs)), dict(bed.env(), STEP_SLEEP="0.15"))
+    job.wait_for(lambda: len(job.records("STEP")) >= 12, "steps at size 4")
+    victim = next(r for _, r in job.records("STEP") if r["host"] == bed.hosts[1][0])
+    os.kill(victim["pid"], signal.SIGKILL)
+    if cooldown:
+        # The host is back after its cooldown: 4 ranks again.
+        job.wait_for(lambda: job.sizes()[-3:] == [4, 2, 4], "the host's return", timeout=120)
+    code, output = job.finish()
+    assert code == 0, output
+    assert "blacklisting host %s" % _addr(bed, 2) in output
+    assert job.sizes()[:2] == [4, 2], job.sizes()
+    if not cooldown:
+        assert job.sizes() == [4, 2]
+    _check_training(job, epochs)
+
+
+def test_reset_limit_exceeded(bed, discovery):
+    script, set_hosts = discovery
+    set_hosts(["%s:1" % _addr(bed, 1)])
+    job = Job(_elastic_args("-np", "1", "--min-np", "1", "--max-np", "2", "--reset-limit", "1",
+                            "--host-discovery-script", script, sys.executable, TRAIN, "1000"),
+              dict(bed.env(), STEP_SLEEP="0.1"))
+    job.wait_for(lambda: len(job.records("STEP")) >= 3, "steps at size 1")
+    set_hosts(["%s:1" % _addr(bed, 1), "%s:1" % _addr(bed, 2)])
+    job.wait_for(lambda: 2 in job.sizes(), "steps at size 2")
+    set_hosts(["%s:1" % _addr(bed, 1)])
+    code, output = job.finish()
+    assert code != 0
+    assert "number of elastic resets exceeded the --reset-limit of 1" in output, output
+
+
+def test_min_np_never_reached(bed, discovery):
+    script, set_hosts = discovery
+    set_hosts(["%s:2" % _addr(bed, 1)])
+    started = time.monotonic()
+    job = Job(_elastic_args("-np", "4", "--min-np", "4", "--elastic-timeout", "5",
+                            "--host-discovery-script", script, sys.executable, TRAIN, "1"),
+              bed.env())
+    code, output = job.finish()
+    assert code != 0
+    assert "Timed out waiting for the minimum number of slots (4, available: 2)" in output, output
+    assert time.monotonic() - started < 30
+
+
+def test_discovery_script_failing_at_start(bed, tmp_path):
+    script = tmp_path / "fail.sh"
+    script.write_text("#!/bin/sh\necho 'no hosts today' >&2\nexit 3\n")
+    script.chmod(0o755)
+    started = time.monotonic()
+    job = Job(_elastic_args("-np", "2", "--host-discovery-script", str(script), sys.executable,
+                            TRAIN, "1"), bed.env())
+    code, output = job.finish()
+    assert code != 0
+    assert "Failed to execute discovery script: %s. Exit code: 3" % script in output, output
+    assert time.monotonic() - started < 30
+
+
+def test_discovery_script_failing_later_is_retried(bed, tmp_path):
+    counter = tmp_path / "calls"
+    script = tmp_path / "flaky.sh"
+    # Succeeds on the first call, then fails every other call.
+    script.write_text("#!/bin/sh\nn=$(cat %s 2>/dev/null || echo 0)\necho $((n + 1)) > %s\n"
+                      "if [ $n -gt 0 ] && [ $((n %% 2)) -eq 1 ]; then exit 5; fi\n"
+                      "echo %s:2\n" % (counter, counter, _addr(bed, 1)))
+    script.chmod(0o755)
+    job = Job(_elastic_args("-np", "2", "--host-discovery-script", str(script), sys.executable,
+                            TRAIN, "3"), dict(bed.env(), STEP_SLEEP="0.1"))
+    code, output = job.finish()
+    assert code == 0, output
+    assert int(counter.read_text()) >= 3
+    assert "host discovery failed (retrying)" in output
+    _check_training(job, 3)
+
+
+def test_all_workers_failing_at_once(bed):
+    hosts = "%s:1,%s:1" % (_addr(bed, 1), _addr(bed, 2))
+    job = Job(_elastic_args("-np", "2", "--min-np", "1", "-H", hosts, sys.executable, TRAIN,
+                            "5"), dict(bed.env(), EXIT_ALL_AT="4"))
+    code, output = job.finish()
+    assert code != 0
+    assert "every worker failed" in output, output
+
+
+FUNCTION_JOB = """
+import json, sys
+import horovod
+def fn(scale):
+    import horovod.torch as hvd
+    hvd.init()
+    return [hvd.rank() * scale, hvd.size()]
+results = horovod.run(fn, args=(10,), num_proc=2, min_num_proc=2, max_num_proc=2,
+                      hosts=sys.argv[1], network_interfaces=["hvdbr0"])
+print("RESULTS " + json.dumps(results))
+"""
+
+
+def test_function_mode(bed, tmp_path):
+    script = tmp_path / "function_job.py"
+    script.write_text(FUNCTION_JOB)
+    hosts = "%s:1,%s:1" % (_addr(bed, 1), _addr(bed, 2))
+    run = subprocess.run([sys.executable, str(script), hosts], capture_output=True, text=True,
+                         timeout=JOB_TIMEOUT_S, env=bed.env())
+    assert run.returncode == 0, run.stdout + run.stderr
+    line = next(line for line in run.stdout.splitlines() if line.startswith("RESULTS "))
+    assert json.loads(line[len("RESULTS "):]) == [[0, 2], [10, 2]]
+
+
+def test_fifty_resets_leak_nothing(tmp_path):
+    """50 resets in a row on this host (2 workers, shared memory between them): the open file
+    descriptors, threads and /dev/shm entries after the 50th equal those after the 5th."""
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho localhost:2\n")
+    script.chmod(0o755)
+    job = Job(["--network-interface", "lo", "-np", "2", "--host-discovery-script", str(script),
+               sys.executable, str(SCRIPTS / "reset_leak_check.py"), "50"], dict(os.environ))
+    code, output = job.finish()
+    assert code == 0, output
+    leaks = job.records("LEAKS")
+    assert len(leaks) == 2, output
+    for _, record in leaks:
+        early, late = record["samples"]["5"], record["samples"]["50"]
+        assert early["shm_maps"] >= 1, record  # the workers did use shared memory
+        assert late == early, record
