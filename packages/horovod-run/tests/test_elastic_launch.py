@@ -77,7 +77,7 @@ class Job:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError("the job did not end:\n" + "\n".join(self.snapshot()[-80:]))
+            raise AssertionError("the job did not end:\n" + "\n".join(self.snapshot()[-80:])) from None
         self._reader.join(timeout=10)
         return code, "\n".join(self.snapshot())
 
