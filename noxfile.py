@@ -1,8 +1,9 @@
 """Every developer task of the monorepo: `nox -s build | lint | demo | bench`, and `nox -t tests`.
 
 `nox -t tests` runs every test session: `tests` (one per package that needs only PyTorch or
-nothing), `tests-tf`, `tests-keras` and `tests-mxnet`, each in its own virtualenv, and `build-gpu`
-(the core with CUDA and NCCL, compiled, linked and checked; its GPU tests skip without a GPU).
+nothing), `tests-tf`, `tests-keras` and `tests-mxnet`, each in its own virtualenv, `build-gpu`
+(the core with CUDA and NCCL, compiled, linked and checked; its GPU tests skip without a GPU), and
+`bare-install` (the wheels on a Debian root with nothing but Python: ci/bare_install.py).
 
 Wheels are built into dist/ once per change of a package's sources: next to each wheel lies
 `<package>.sha256`, a hash of the files the wheel is built from, and every session that needs a
@@ -14,6 +15,7 @@ tests exercise what ships, not the source tree.
 
 import hashlib
 import json
+import os
 import pathlib
 import subprocess
 import zipfile
@@ -263,6 +265,23 @@ def build_gpu(session: nox.Session) -> None:
         "' gpu:', _core.gpu_error() or 'usable')"))
     session.chdir(ROOT / "packages" / "horovod-core")
     session.run("python", "-m", "pytest", "tests/test_gpu.py", "-v", "-rs", *session.posargs)
+
+
+@nox.session(name="bare-install", tags=["tests"])
+def bare_install(session: nox.Session) -> None:
+    """The wheels in dist/ on a Debian 12 root that has nothing but Python (no libgloo, compiler or
+    CMake): pip install --no-index horovod-core horovod-torch horovod-run and PyTorch's wheel, then
+    horovodrun --check-build and the digits example on 2 processes. ci/bare_install.py; the root
+    (debootstrap) and the wheelhouse are cached in /var/cache/horovod-bare-install."""
+    if os.geteuid() != 0:
+        session.skip("bare-install needs root: it builds a Debian root with debootstrap and enters it with chroot")
+    probe = subprocess.run(["unshare", "--mount", "--pid", "--fork", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        session.skip(f"bare-install needs mount and PID namespaces, which this machine refuses: {probe.stderr.strip()}")
+    system_deps(session)
+    for package in PACKAGES:
+        ensure_wheel(session, package)
+    session.run("python", str(ROOT / "ci" / "bare_install.py"), "--dist", str(DIST))
 
 
 @nox.session

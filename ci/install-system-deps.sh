@@ -15,6 +15,7 @@ packages=(
   liblbfgspp-dev  # autotune: L-BFGS-B for the acquisition function (header-only, over Eigen)
   libgomp1        # OpenMP and quadmath runtimes the MXNet 1.9.1 wheel links (tests-mxnet)
   libquadmath0
+  debootstrap     # the bare-install test's minimal Debian root (ci/bare_install.py)
 )
 
 # Debian's own Python needs its headers from a package; a python.org or pyenv build ships them.
