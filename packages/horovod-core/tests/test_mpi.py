@@ -115,6 +115,11 @@ def test_mpi_requested_but_not_built(tmp_path):
     import horovod.common
     source = os.path.dirname(os.path.dirname(horovod.common.__file__))
     shutil.copytree(source, tmp_path / "horovod", ignore=shutil.ignore_patterns("_mpi_backend*", "__pycache__"))
+    # The libraries `auditwheel repair` vendored (Gloo...) lie beside the package, where the core's
+    # RPATH ($ORIGIN/../../horovod_core.libs) looks for them.
+    libs = os.path.join(os.path.dirname(source), "horovod_core.libs")
+    if os.path.isdir(libs):
+        shutil.copytree(libs, tmp_path / "horovod_core.libs")
     script = ("from horovod.common.basics import HorovodBasics\n"
               "hvd = HorovodBasics()\n"
               "print('mpi_built', hvd.mpi_built())\n"

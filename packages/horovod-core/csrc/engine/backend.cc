@@ -75,6 +75,9 @@ MpiPlugin& Plugin() {
 #ifndef HOROVOD_MPI_LIBRARY
 #define HOROVOD_MPI_LIBRARY ""
 #endif
+#ifndef HOROVOD_MPI_SONAME
+#define HOROVOD_MPI_SONAME ""
+#endif
 #ifndef HOROVOD_MPI_IS_OPEN_MPI
 #define HOROVOD_MPI_IS_OPEN_MPI 0
 #endif
@@ -89,29 +92,35 @@ std::string Parent(const std::string& path) {
   return slash == std::string::npos || slash == 0 ? std::string("/") : path.substr(0, slash);
 }
 
-// For an MPI from a PyPI wheel or HOROVOD_MPI_HOME: loads its libmpi (RTLD_GLOBAL) before the
-// plugin, so that the plugin's libmpi dependency resolves to it and never to another libmpi of the
-// same name (a system Open MPI has the same soname). The wheel is looked for first in the
-// environment this core is installed in (<prefix>/lib/pythonX.Y/site-packages/horovod/common ->
-// <prefix>/lib), then where the build found it. Returns false with `error` set when none loads.
+// Loads libmpi (RTLD_GLOBAL) before the plugin, which is not linked with it (CMakeLists.txt): the
+// plugin's MPI symbols resolve to this library. A system MPI is loaded by its soname
+// (libmpi.so.40), through the loader's own search as for any system library, so that a wheel
+// built on one machine uses the MPI of the machine it runs on. An MPI from a PyPI wheel or
+// HOROVOD_MPI_HOME is loaded by path, never another libmpi of the same name (a system Open MPI has
+// the same soname): first in the environment this core is installed in
+// (<prefix>/lib/pythonX.Y/site-packages/horovod/common -> <prefix>/lib), then where the build found
+// it. Returns false with `error` set when none loads.
 bool PreloadMpiLibrary(const std::string& core_dir, std::string* error) {
   const std::string origin = HOROVOD_MPI_ORIGIN;
   const std::string built = HOROVOD_MPI_LIBRARY;
-  if (origin == "system" || built.empty()) return true;  // the loader's own search, as for any system library
+  const std::string soname = HOROVOD_MPI_SONAME;
+  if (built.empty()) return true;
   std::string name = built.substr(built.rfind('/') + 1);
   std::vector<std::string> candidates;
+  if (origin == "system" && !soname.empty()) candidates.push_back(soname);
   if (origin == "wheel") {
     std::string env_lib = Parent(Parent(Parent(Parent(core_dir))));
     candidates.push_back(env_lib + "/" + name);
   }
-  if (candidates.empty() || candidates[0] != built) candidates.push_back(built);
+  if (candidates.empty() || candidates.back() != built) candidates.push_back(built);
   std::string tried;
   for (const auto& path : candidates) {
-    if (!FileExists(path)) {
+    // A bare soname is for the loader to look up; a path that does not exist is skipped.
+    if (path.find('/') != std::string::npos && !FileExists(path)) {
       tried += (tried.empty() ? "" : "; ") + path + ": no such file";
       continue;
     }
-    if (HOROVOD_MPI_IS_OPEN_MPI) {
+    if (HOROVOD_MPI_IS_OPEN_MPI && origin != "system") {
       // A relocated Open MPI finds its own files through OPAL_PREFIX; its mpirun sets it for the
       // ranks, a process started otherwise needs it too. <prefix>/lib/libmpi.so -> <prefix>.
       setenv("OPAL_PREFIX", Parent(Parent(path)).c_str(), /*overwrite=*/0);

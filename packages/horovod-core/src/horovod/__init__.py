@@ -9,6 +9,11 @@ import pkgutil
 
 __path__ = pkgutil.extend_path(__path__, __name__)
 
+# The upstream Horovod release whose API this project reproduces, which is what scripts written for
+# upstream compare against (`horovodrun --version` prints it too). It is not the version of any of
+# this project's distributions: importlib.metadata.version("horovod-core") (0.29.0, ...) gives those,
+# and each package's CHANGELOG.md says what changed. It moves only when the API follows a newer
+# upstream release.
 __version__ = "0.28.1"
 
 

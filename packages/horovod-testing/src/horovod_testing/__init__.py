@@ -2,6 +2,7 @@
 
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -121,6 +122,8 @@ def run_ranks(np_, fn, *args, env=None, timeout=120, hosts=None):
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         server.stop()
+        # The payload and the ranks' output and results: read by _collect, which has returned.
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _collect(np_, procs, workdir, timed_out, timeout):

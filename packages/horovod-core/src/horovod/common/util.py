@@ -167,20 +167,95 @@ def get_average_backwards_compatibility_fun(reduce_ops):
     return handle_average_backwards_compatibility
 
 
-# Framework packages (and the launcher) this core works with: distribution -> release series.
-SUPPORTED_PACKAGES = {"horovod-torch": "0.28", "horovod-tf": "0.28", "horovod-keras": "0.28", "horovod-mxnet": "0.28",
-                      "horovod-run": "0.28"}
+# The framework packages and the launcher each declare (Requires-Dist) the range of horovod-core
+# versions they work with. pip keeps them compatible when it installs them together; the framework
+# packages also check at import, with check_framework_package, what pip does not catch (a later
+# `pip install horovod-core==...`, `--no-deps`). horovod-run's range is for pip alone: the launcher
+# runs commands without importing the core.
+SUPPORTED_PACKAGES = ("horovod-torch", "horovod-tf", "horovod-keras", "horovod-mxnet", "horovod-run")
 
 
-def check_framework_package(distribution, version):
-    """Called by a framework package at import: raises ImportError, with the command that fixes
-    it, when this horovod-core does not support ``distribution`` at ``version``."""
-    from horovod import __version__ as core_version
-    series = SUPPORTED_PACKAGES.get(distribution)
-    if series is None:
-        raise ImportError(f"{distribution} is not a package this horovod-core {core_version} knows; "
-                          f"supported: {', '.join(sorted(SUPPORTED_PACKAGES))}.")
-    if version != series and not version.startswith(series + "."):
-        raise ImportError(f"{distribution} {version} does not work with horovod-core {core_version}, which "
-                          f"supports {distribution} {series}.x; install matching versions, e.g. "
-                          f"pip install '{distribution}=={core_version}' 'horovod-core=={core_version}'.")
+def _release(version):
+    """The release numbers of a version string: '0.29.0rc1' -> (0, 29, 0); None if there are none."""
+    import re
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", version)
+    return tuple(int(part) for part in match.group(1).split(".")) if match else None
+
+
+def _padded(a, b):
+    width = max(len(a), len(b))
+    return a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
+
+
+def version_satisfies(version, specifier):
+    """Whether ``version`` is in ``specifier`` (PEP 440 clauses joined by commas: ``>=0.29,<0.30``,
+    ``==0.29.*``, ``~=0.29.0``, ...), judged on release numbers (pre-release and local parts are
+    ignored). A clause this cannot judge counts as satisfied: the check never blocks on a doubt."""
+    import re
+    have = _release(version)
+    if have is None:
+        return True
+    for clause in specifier.split(","):
+        match = re.fullmatch(r"\s*(===|==|!=|~=|<=|>=|<|>)\s*([^\s]+)\s*", clause)
+        if not match:
+            continue
+        op, wanted = match.groups()
+        if op in ("==", "!=") and wanted.endswith(".*"):
+            prefix = _release(wanted[:-2])
+            if prefix is None:
+                continue
+            equal = _padded(have, prefix)[0][:len(prefix)] == prefix
+            if equal != (op == "=="):
+                return False
+            continue
+        want = _release(wanted)
+        if want is None or op == "===":
+            continue
+        a, b = _padded(have, want)
+        if op == "~=":
+            if len(want) < 2 or a < b or a[:len(want) - 1] != want[:-1]:
+                return False
+            continue
+        ok = {"==": a == b, "!=": a != b, "<=": a <= b, ">=": a >= b, "<": a < b, ">": a > b}[op]
+        if not ok:
+            return False
+    return True
+
+
+def core_requirement(distribution):
+    """The horovod-core version range ``distribution`` declares (``'>=0.29,<0.30'``), '' when it
+    declares none; None when ``distribution`` is not installed."""
+    import re
+    from importlib import metadata
+    try:
+        requires = metadata.requires(distribution) or []
+    except metadata.PackageNotFoundError:
+        return None
+    for requirement in requires:
+        match = re.fullmatch(r"\s*horovod[-_.]core\s*(?:\[[^\]]*\])?\s*\(?([^;)]*)\)?\s*(?:;(.*))?",
+                             requirement, re.IGNORECASE)
+        if match and "extra" not in (match.group(2) or ""):
+            return match.group(1).strip()
+    return ""
+
+
+def check_framework_package(distribution, version=None):
+    """Called by a framework package at import: raises ImportError when the
+    installed horovod-core is not in the range ``distribution`` declares, naming both and giving
+    the pip command that fixes it. ``version``: the distribution's (read from its metadata when
+    None). Does nothing for a package run from a source tree (not installed)."""
+    from importlib import metadata
+    if distribution not in SUPPORTED_PACKAGES:
+        raise ImportError(f"{distribution} is not a package this horovod-core knows; "
+                          f"supported: {', '.join(SUPPORTED_PACKAGES)}.")
+    needed = core_requirement(distribution)
+    try:
+        core = metadata.version("horovod-core")
+    except metadata.PackageNotFoundError:
+        return
+    if not needed or version_satisfies(core, needed):
+        return
+    if version is None:
+        version = metadata.version(distribution)
+    raise ImportError(f"{distribution} {version} needs horovod-core{needed}, but horovod-core {core} is "
+                      f"installed. Fix: pip install 'horovod-core{needed}'")

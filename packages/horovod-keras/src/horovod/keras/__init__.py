@@ -11,6 +11,15 @@ Values returned by :func:`allreduce`, :func:`allgather`, :func:`broadcast` and
 :func:`reducescatter` are tensors of the Keras backend (``tf.Tensor`` or ``torch.Tensor``).
 """
 
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError, version as _version
+
+from horovod.common.util import check_framework_package as _check_framework_package
+
+try:
+    _check_framework_package("horovod-keras", _version("horovod-keras"))
+except _PackageNotFoundError:
+    pass  # running from a source tree rather than an installed distribution
+
 import keras
 
 import horovod._keras as _impl

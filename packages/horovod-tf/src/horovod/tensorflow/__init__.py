@@ -8,6 +8,14 @@ Horovod ops built under it raise ValueError.
 """
 
 import pkgutil
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError, version as _version
+
+from horovod.common.util import check_framework_package as _check_framework_package
+
+try:
+    _check_framework_package("horovod-tf", _version("horovod-tf"))
+except _PackageNotFoundError:
+    pass  # running from a source tree rather than an installed distribution
 
 # horovod.tensorflow.keras ships in horovod-keras: let it live in another folder (editable installs).
 __path__ = pkgutil.extend_path(__path__, __name__)
