@@ -3,6 +3,7 @@
 
 import collections
 import os
+import sys
 import threading
 import time
 
@@ -113,7 +114,8 @@ class ElasticDriver:
                         self.stop(str(e))
                         self._first_discovery.set()
                         raise
-                    self._say("host discovery failed (retrying): %s" % e)
+                    print("horovodrun elastic: host discovery failed (retrying): %s" % e,
+                          file=sys.stderr, flush=True)
                     update_res = HostUpdateResult.no_update
                 if update_res != HostUpdateResult.no_update:
                     self._say("hosts changed (%s): %s" % (
