@@ -182,12 +182,14 @@ def run_tests(session: nox.Session, package: str, requirements: list[str]) -> No
     """Install `package` with its `test` extra and `requirements` from dist/, then run its tests.
 
     pytest's exit status 5, "no tests collected", fails the session like any non-zero status.
+    pytest's temporary folders go to build/pytest/<package> (emptied at each run), not /tmp.
     """
     system_deps(session)
     testing = str(ROOT / "packages" / "horovod-testing")
     install(session, f"{package}[test]", *requirements, "pytest", testing)
     session.chdir(ROOT / "packages" / package)
-    session.run("python", "-m", "pytest", "tests", *session.posargs)
+    basetemp = ROOT / "build" / "pytest" / package
+    session.run("python", "-m", "pytest", "tests", f"--basetemp={basetemp}", *session.posargs)
 
 
 @nox.session(tags=["tests"])
