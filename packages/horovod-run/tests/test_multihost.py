@@ -362,3 +362,25 @@ def test_host_that_never_starts_its_worker_is_named(bed, topology_worker, tmp_pa
     assert "rank(s) 1 on host %s did not start within the start timeout of 5 seconds" % (
         _addr(bed, 2)) in run.stderr, run.stdout + run.stderr
     assert elapsed < 60, elapsed
+
+
+def test_interface_missing_on_a_host_is_named(bed, topology_worker):
+    """--network-interface names an interface the launcher has (one end of a veth pair made for
+    the test, addressed in 198.18.0.0/15) but the hosts do not: the probe fails naming the host
+    and the interface."""
+    name = "hvdtest0"
+    subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", "hvdtest1"],
+                   check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", "198.19.255.1/32", "dev", name], check=True)
+        subprocess.run(["ip", "link", "set", name, "up"], check=True)
+        run = _horovodrun(bed, ["--gloo", "--disable-cache", "--network-interface", name,
+                                "-np", "2", "-H", "%s:1,%s:1" % (_addr(bed, 1), _addr(bed, 2)),
+                                sys.executable, topology_worker], timeout=120)
+    finally:
+        subprocess.run(["ip", "link", "del", name], check=True)
+    assert run.returncode != 0
+    assert re.search(r"the network interface probe failed on host %s: .*\n.*host %s has no "
+                     r"network interface 'hvdtest0'" % (re.escape(_addr(bed, 1)),
+                                                        re.escape(_name(bed, 1))),
+                     run.stderr), run.stderr
