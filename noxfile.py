@@ -189,6 +189,7 @@ def run_tests(session: nox.Session, package: str, requirements: list[str]) -> No
     install(session, f"{package}[test]", *requirements, "pytest", testing)
     session.chdir(ROOT / "packages" / package)
     basetemp = ROOT / "build" / "pytest" / package
+    basetemp.parent.mkdir(parents=True, exist_ok=True)
     session.run("python", "-m", "pytest", "tests", f"--basetemp={basetemp}", *session.posargs)
 
 

@@ -277,10 +277,10 @@ def test_unresolvable_remote_host_is_named():
     assert "ssh not successful for host remote-host.invalid" in run.stdout, run.stdout
 
 
-def test_elastic_is_refused_clearly():
+def test_elastic_with_one_fixed_host_is_refused_clearly():
     run = _horovodrun(["-np", "2", "--min-np", "1", "true"])
     assert run.returncode == 1
-    assert "not implemented in this release" in run.stderr
+    assert "fewer than 2 hosts" in run.stderr and "--host-discovery-script" in run.stderr
 
 
 def test_missing_program_fails_job():
