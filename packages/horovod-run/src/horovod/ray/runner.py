@@ -258,6 +258,10 @@ class StaticAdapter(Adapter):
                         "killed or exited, or its Ray node was lost)" % (rank, size, what))
         else:
             headline = "horovod.ray: rank %d of %d failed in %s; its traceback is above" % (rank, size, what)
+        # Ray copies the worker's notes onto its error, whose message already shows them.
+        message = str(error)
+        if getattr(error, "__notes__", None):
+            error.__notes__ = [note for note in error.__notes__ if note not in message]
         others = sorted(r for r, _ in failures if r != rank)
         if others:
             headline += "; rank(s) %s failed too" % ", ".join(str(r) for r in others)
