@@ -250,7 +250,7 @@ def _check_job(results, size):
     for r in results:
         np.testing.assert_array_equal(np.array(r["sum"]), expected_sum)
     expected = _expected_topology([r["node"] for r in results])
-    for r, e in zip(results, expected):
+    for r, e in zip(results, expected, strict=True):
         assert {k: r[k] for k in e} == e, (r["rank"], r, e)
         env = r["env"]
         assert env["HOROVOD_RANK"] == str(r["rank"]) and env["HOROVOD_SIZE"] == str(size)
@@ -373,6 +373,10 @@ def test_num_workers(cluster, num_workers):
         assert created is not None and created.id.hex() in _live_pgs() - before
         results = executor.run(_job_facts)
         _check_job(results, num_workers)
+        if num_workers == 4:
+            # 2 CPUs per node: the packed group spans both nodes, so cross ranks are not trivial.
+            assert {r["node"] for r in results} == set(cluster.node_of_host.values())
+            assert {r["cross_size"] for r in results} == {2}
         assert settings.key.hex() != results[0]["secret"]
         # execute: the executable keeps its state, results in rank order.
         assert executor.execute(lambda c: c.bump()) == [11] * num_workers

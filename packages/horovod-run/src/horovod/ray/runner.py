@@ -214,7 +214,7 @@ class StaticAdapter(Adapter):
             for rank, env in enumerate(envs):
                 logger.info("horovod.ray: rank %d: %s", rank,
                             " ".join("%s=%s" % (k, v) for k, v in sorted(env.items()) if k != SECRET_ENV))
-        ray.get([w.update_env_vars.remote(env) for w, env in zip(self.workers, envs)])
+        ray.get([w.update_env_vars.remote(env) for w, env in zip(self.workers, envs, strict=True)])
         map_blocking(lambda w: w.start_executable.remote(executable_cls, executable_args, executable_kwargs),
                      self.workers)
 

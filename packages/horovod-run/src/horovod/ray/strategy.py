@@ -106,7 +106,7 @@ class BaseStrategy:
             return [{} for _ in self.workers]
         gpu_ids = map_blocking(lambda w: w.get_gpu_ids.remote(), self.workers)
         by_node = collections.defaultdict(set)
-        for node, ids in zip(node_ids, gpu_ids):
+        for node, ids in zip(node_ids, gpu_ids, strict=True):
             by_node[node].update(ids)
         self._check_gpus(node_ids, gpu_ids)
         return [{"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in sorted(by_node[node]))}
@@ -178,7 +178,7 @@ class ColocatedStrategy(BaseStrategy):
 
     def _check_gpus(self, node_ids, gpu_ids):
         by_node = collections.defaultdict(list)
-        for node, ids in zip(node_ids, gpu_ids):
+        for node, ids in zip(node_ids, gpu_ids, strict=True):
             by_node[node].extend(ids)
         for node, ids in by_node.items():
             if len(set(ids)) != len(ids) or len(ids) != self.num_workers_per_host * self.gpus_per_worker:
