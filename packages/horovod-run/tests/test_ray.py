@@ -134,11 +134,60 @@ def _stop_cluster(popens, temp_dir):
 
 
 class Cluster:
-    def __init__(self, temp_dir, address, node_of_host, popens):
+    """The running cluster: its address, temp dir, nodes (``ray start --block`` processes)."""
+
+    def __init__(self, temp_dir):
         self.temp_dir = temp_dir
-        self.address = address
-        self.node_of_host = node_of_host  # fake host index -> Ray node id
-        self.popens = popens
+        self.ray_bin = str(pathlib.Path(sys.executable).with_name("ray"))
+        self.port = _free_port()
+        self.node_ip = ray.util.get_node_ip_address()
+        self.address = "%s:%d" % (self.node_ip, self.port)
+        self.popens = []
+        self.logs = []
+        self.node_of_host = {}  # fake host index -> Ray node id
+
+    def _log_text(self):
+        return "\n".join(path.read_text() for path in sorted(self.temp_dir.glob("ray-start-*.log")))
+
+    def start_node(self, host, num_cpus):
+        """Start node ``host`` (the head for 0) with the resource hvd_test_host_<host>; for the head,
+        wait until its GCS accepts connections."""
+        log = open(self.temp_dir / ("ray-start-%d.log" % host), "w")
+        self.logs.append(log)
+        args = [self.ray_bin, "start", "--block", "--disable-usage-stats", "--num-cpus=%d" % num_cpus,
+                "--object-store-memory=%d" % (100 << 20), "--resources=" + json.dumps({"hvd_test_host_%d" % host: 100})]
+        if host == 0:
+            args += ["--head", "--port=%d" % self.port, "--include-dashboard=false", "--temp-dir=%s" % self.temp_dir]
+        else:
+            args += ["--address=%s" % self.address]
+        popen = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.popens.append(popen)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while host == 0:
+            try:
+                socket.create_connection((self.node_ip, self.port), timeout=1).close()
+                break
+            except OSError:
+                if popen.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the Ray head node did not start:\n" + self._log_text()) from None
+                time.sleep(0.5)
+        return popen
+
+    def wait_for_nodes(self, count):
+        """Wait until ``count`` nodes are alive; record which node has which fake host."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            alive = [n for n in ray.nodes() if n.get("Alive", n.get("alive"))]
+            if len(alive) == count:
+                break
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.popens):
+                raise RuntimeError("the Ray cluster has %d of %d nodes; logs:\n%s"
+                                   % (len(alive), count, self._log_text()))
+            time.sleep(0.5)
+        for node in alive:
+            for key in node["Resources"]:
+                if key.startswith("hvd_test_host_"):
+                    self.node_of_host[int(key.rpartition("_")[2])] = node["NodeID"]
 
 
 @pytest.fixture(scope="module")
@@ -146,57 +195,18 @@ def cluster():
     temp_dir = _ray_temp_dir()
     shutil.rmtree(temp_dir, ignore_errors=True)
     temp_dir.mkdir(parents=True)
-    ray_bin = str(pathlib.Path(sys.executable).with_name("ray"))
-    port = _free_port()
-    node_ip = ray.util.get_node_ip_address()
-    address = "%s:%d" % (node_ip, port)
-    common = ["--block", "--disable-usage-stats", "--num-cpus=%d" % CPUS_PER_NODE,
-              "--object-store-memory=%d" % (100 << 20)]
-    logs = []
-    popens = []
+    c = Cluster(temp_dir)
     try:
-        for i in range(NODES):
-            log = open(temp_dir / ("ray-start-%d.log" % i), "w")
-            logs.append(log)
-            args = [ray_bin, "start", *common, "--resources=" + json.dumps({"hvd_test_host_%d" % i: 100})]
-            if i == 0:
-                args += ["--head", "--port=%d" % port, "--include-dashboard=false", "--temp-dir=%s" % temp_dir]
-            else:
-                args += ["--address=%s" % address]
-            popens.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-            deadline = time.monotonic() + START_TIMEOUT_S
-            if i == 0:
-                while True:
-                    try:
-                        socket.create_connection((node_ip, port), timeout=1).close()
-                        break
-                    except OSError:
-                        if popens[0].poll() is not None or time.monotonic() > deadline:
-                            raise RuntimeError("the Ray head node did not start:\n"
-                                               + (temp_dir / "ray-start-0.log").read_text()) from None
-                        time.sleep(0.5)
-        ray.init(address=address, logging_level="WARNING", log_to_driver=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            alive = [n for n in ray.nodes() if n.get("Alive", n.get("alive"))]
-            if len(alive) == NODES:
-                break
-            if time.monotonic() > deadline or any(p.poll() is not None for p in popens):
-                raise RuntimeError("the Ray cluster has %d of %d nodes; logs:\n%s" % (
-                    len(alive), NODES, "\n".join((temp_dir / ("ray-start-%d.log" % i)).read_text()
-                                                 for i in range(NODES))))
-            time.sleep(0.5)
-        node_of_host = {}
-        for node in alive:
-            for key in node["Resources"]:
-                if key.startswith("hvd_test_host_"):
-                    node_of_host[int(key.rpartition("_")[2])] = node["NodeID"]
-        yield Cluster(temp_dir, address, node_of_host, popens)
+        for host in range(NODES):
+            c.start_node(host, CPUS_PER_NODE)
+        ray.init(address=c.address, logging_level="WARNING", log_to_driver=True)
+        c.wait_for_nodes(NODES)
+        yield c
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        left = _stop_cluster(popens, temp_dir)
-        for log in logs:
+        left = _stop_cluster(c.popens, temp_dir)
+        for log in c.logs:
             log.close()
         for k, v in SAVED_ENV.items():
             if v is None:
@@ -547,3 +557,41 @@ def test_placement_group_timeout(cluster):
     with pytest.raises(TimeoutError, match=r"2 bundle\(s\) of \{CPU: 4\}.*\{CPU: 8\} in all.*available"):
         executor.start()
     assert _live_pgs() == before
+
+
+def test_lost_node_ends_run(cluster):
+    """A third node joins; a job with one worker on each node loses that node (every process of
+    it SIGKILLed, as when a machine goes away): run() ends within seconds naming the rank."""
+    import psutil
+    popen = cluster.start_node(2, num_cpus=1)
+    cluster.wait_for_nodes(NODES + 1)
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=60, placement_group_timeout_s=30),
+                           num_hosts=NODES + 1, num_workers_per_host=1)
+    executor.start()
+    try:
+        nodes = executor.run(lambda: ray.get_runtime_context().get_node_id())
+        lost = nodes.index(cluster.node_of_host[2])
+        node_procs = [psutil.Process(popen.pid)] + psutil.Process(popen.pid).children(recursive=True)
+
+        def stop_node():
+            for proc in node_procs:
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+
+        timer = threading.Timer(3.0, stop_node)
+        started = time.monotonic()
+        timer.start()
+        try:
+            with pytest.raises(ray.exceptions.RayError) as info:
+                executor.run(_allreduce_forever)
+        finally:
+            timer.cancel()
+        elapsed = time.monotonic() - started
+        assert elapsed < 20, "run() took %.1f s to notice the lost node" % elapsed
+        shown = "".join(traceback.format_exception(info.value))
+        assert ("the worker actor of rank %d of 3 died" % lost in shown
+                or "lost its connection to rank %d " % lost in shown), shown
+    finally:
+        executor.shutdown()
