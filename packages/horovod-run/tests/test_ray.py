@@ -2,11 +2,12 @@
 
 The module's cluster has two Ray nodes on this machine, each started with ``ray start --block``
 as a child of this process and told apart by a custom resource (``hvd_test_host_<i>``), the way
-upstream's tests fake hosts: a head node and one node joining it, 2 CPUs each. Ray's files go to
-a short folder under the repository's build/ (Unix socket paths must stay under 107 bytes), never
-/tmp; token authentication (Ray turns it on) uses a token made here, never ~/.ray. At the end the
-processes are stopped by PID (GCS last, as `ray stop` does, which itself would kill by name) and
-the test checks that none is left and removes the folder.
+upstream's tests fake hosts: a head node and one node joining it, 2 CPUs each (the last test adds a
+third node and loses it). Ray's files go to a short folder under the repository's build/ (Unix
+socket paths must stay under 107 bytes; ~/.cache/hvd-ray-<pid> when the checkout's path is too
+long), never /tmp; token authentication (Ray turns it on) uses a token made here, never ~/.ray.
+At the end the processes are stopped by PID (GCS last; `ray stop` would kill by name) and the
+test checks that none is left and removes the folder.
 """
 
 import importlib.util
@@ -60,11 +61,13 @@ def _free_port():
 
 
 def _ray_temp_dir():
-    path = REPO / "build" / ("ray-%d" % os.getpid())
-    if len(str(path)) + RAY_SOCKET_SUFFIX >= 107:
-        pytest.fail("Ray's temp dir %s is too long for Unix socket paths (< 107 bytes): check out the "
-                    "repository at a shorter path" % path)
-    return path
+    """build/ray-<pid> in the repository, or ~/.cache/hvd-ray-<pid> when the repository's path is
+    too long for the Unix sockets Ray makes below it (< 107 bytes)."""
+    pid = os.getpid()
+    for path in (REPO / "build" / ("ray-%d" % pid), pathlib.Path.home() / ".cache" / ("hvd-ray-%d" % pid)):
+        if len(str(path)) + RAY_SOCKET_SUFFIX < 107:
+            return path
+    pytest.fail("no folder for Ray's files is short enough for Unix socket paths (< 107 bytes): %s" % path)
 
 
 def _alive(proc):
