@@ -210,7 +210,7 @@ class StaticAdapter(Adapter):
             env.update(gpu_env[rank])
             env[SECRET_ENV] = self.coordinator.secret.hex()
             envs.append(env)
-        if self.settings.verbose >= 2:
+        if (self.settings.verbose or 0) >= 2:
             for rank, env in enumerate(envs):
                 logger.info("horovod.ray: rank %d: %s", rank,
                             " ".join("%s=%s" % (k, v) for k, v in sorted(env.items()) if k != SECRET_ENV))
