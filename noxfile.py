@@ -1,7 +1,7 @@
 """Every developer task of the monorepo: `nox -s build | lint | demo | bench`, and `nox -t tests`.
 
 `nox -t tests` runs every test session: `tests` (one per package that needs only PyTorch or
-nothing), `tests-tf`, `tests-keras` and `tests-mxnet`, each in its own virtualenv, `build-gpu`
+nothing), `tests-tf`, `tests-keras`, `tests-mxnet` and `tests-ray`, each in its own virtualenv, `build-gpu`
 (the core with CUDA and NCCL, compiled, linked and checked; its GPU tests skip without a GPU), and
 `bare-install` (the wheels on a Debian root with nothing but Python: ci/bare_install.py).
 
@@ -178,26 +178,31 @@ def build(session: nox.Session) -> None:
         ensure_wheel(session, package)
 
 
-def run_tests(session: nox.Session, package: str, requirements: list[str]) -> None:
-    """Install `package` with its `test` extra and `requirements` from dist/, then run its tests.
+def run_tests(session: nox.Session, package: str, requirements: list[str], extras: str = "test",
+              tests: str = "tests", temp_name: str = "", ignore: tuple = ()) -> None:
+    """Install `package` with its `extras` (the `test` extra) and `requirements` from dist/, then
+    run its tests (`tests`: the folder, or one file of it; `ignore`: files of it run elsewhere).
 
     pytest's exit status 5, "no tests collected", fails the session like any non-zero status.
-    pytest's temporary folders go to build/pytest/<package> (emptied at each run), not /tmp.
+    pytest's temporary folders go to build/pytest/<temp_name or package> (emptied at each run),
+    not /tmp.
     """
     system_deps(session)
     testing = str(ROOT / "packages" / "horovod-testing")
-    install(session, f"{package}[test]", *requirements, "pytest", testing)
+    install(session, f"{package}[{extras}]", *requirements, "pytest", testing)
     session.chdir(ROOT / "packages" / package)
-    basetemp = ROOT / "build" / "pytest" / package
+    basetemp = ROOT / "build" / "pytest" / (temp_name or package)
     basetemp.parent.mkdir(parents=True, exist_ok=True)
-    session.run("python", "-m", "pytest", "tests", f"--basetemp={basetemp}", *session.posargs)
+    session.run("python", "-m", "pytest", tests, f"--basetemp={basetemp}",
+                *(f"--ignore={path}" for path in ignore), *session.posargs)
 
 
 @nox.session(tags=["tests"])
 @nox.parametrize("package", list(TESTS))
 def tests(session: nox.Session, package: str) -> None:
-    """Run one package's tests against its installed wheel."""
-    run_tests(session, package, TESTS[package])
+    """Run one package's tests against its installed wheel (horovod.ray's in tests-ray)."""
+    ignore = ("tests/test_ray.py",) if package == "horovod-run" else ()
+    run_tests(session, package, TESTS[package], ignore=ignore)
 
 
 def framework_tests(name: str) -> None:
@@ -212,6 +217,19 @@ def framework_tests(name: str) -> None:
 
 for _name in FRAMEWORK_TESTS:
     framework_tests(_name)
+
+
+# Ray, for horovod.ray's tests: the release they are run on (the `ray` extra asks only for >= 2.10).
+RAY = "ray==2.60.*"
+
+
+@nox.session(name="tests-ray", tags=["tests"])
+def tests_ray(session: nox.Session) -> None:
+    """horovod.ray (horovod-run[ray]) in a virtualenv of its own: tests/test_ray.py starts a local
+    Ray cluster and stops it by PID. The workers' collectives run on numpy arrays through
+    horovod.common, so no framework is installed."""
+    run_tests(session, "horovod-run", [RAY, "numpy"], extras="ray,test", tests="tests/test_ray.py",
+              temp_name="horovod-run-ray")
 
 
 GPU_DIST = ROOT / "build" / "gpu-dist"

@@ -1,0 +1,600 @@
+"""horovod.ray's static RayExecutor on a real local Ray cluster (spec ray.md P2a).
+
+The module's cluster has two Ray nodes on this machine, each started with ``ray start --block``
+as a child of this process and told apart by a custom resource (``hvd_test_host_<i>``), the way
+upstream's tests fake hosts: a head node and one node joining it, 2 CPUs each (the last test adds a
+third node and loses it). Ray's files go to a short folder under the repository's build/ (Unix
+socket paths must stay under 107 bytes; ~/.cache/hvd-ray-<pid> when the checkout's path is too
+long), never /tmp; token authentication (Ray turns it on) uses a token made here, never ~/.ray.
+At the end the processes are stopped by PID (GCS last; `ray stop` would kill by name) and the
+test checks that none is left and removes the folder.
+"""
+
+import importlib.util
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+import pytest
+
+if importlib.util.find_spec("ray") is not None:
+    # Ray reads its authentication mode and token once, when it is imported: the driver (this
+    # process) and the nodes started below share this token.
+    SAVED_ENV = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    os.environ.pop("RAY_ADDRESS", None)
+
+ray = pytest.importorskip("ray")
+
+import numpy as np  # noqa: E402
+
+from horovod.common.rendezvous import SECRET_ENV  # noqa: E402
+from horovod.ray import RayExecutor  # noqa: E402
+from horovod.ray.runner import Coordinator, MiniSettings  # noqa: E402
+
+# The workers cannot import this file: its functions and classes travel by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+CPUS_PER_NODE = 2
+NODES = 2
+START_TIMEOUT_S = 90
+STOP_TIMEOUT_S = 15
+# Longest Unix socket path Ray builds below its temp dir: session_<date>_<time>_<us>_<pid>/sockets/plasma_store.
+RAY_SOCKET_SUFFIX = len("/session_2026-11-25_19-19-31_123456_1234567/sockets/plasma_store")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray_temp_dir():
+    """build/ray-<pid> in the repository, or ~/.cache/hvd-ray-<pid> when the repository's path is
+    too long for the Unix sockets Ray makes below it (< 107 bytes)."""
+    pid = os.getpid()
+    for path in (REPO / "build" / ("ray-%d" % pid), pathlib.Path.home() / ".cache" / ("hvd-ray-%d" % pid)):
+        if len(str(path)) + RAY_SOCKET_SUFFIX < 107:
+            return path
+    pytest.fail("no folder for Ray's files is short enough for Unix socket paths (< 107 bytes): %s" % path)
+
+
+def _alive(proc):
+    try:
+        return proc.is_running() and proc.status() != "zombie"
+    except Exception:  # gone
+        return False
+
+
+def _processes_of(popens, temp_dir):
+    """Every process of the cluster: the `ray start` processes, their descendants, and any
+    process whose command line names this cluster's temp dir (reparented daemons)."""
+    import psutil
+    found = {}
+    for popen in popens:
+        try:
+            top = psutil.Process(popen.pid)
+        except psutil.NoSuchProcess:
+            continue
+        found[top.pid] = top
+        for child in top.children(recursive=True):
+            found[child.pid] = child
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(str(temp_dir) in part for part in (proc.info["cmdline"] or [])):
+            found.setdefault(proc.pid, proc)
+    found.pop(os.getpid(), None)
+    return [p for p in found.values() if _alive(p)]
+
+
+def _stop_cluster(popens, temp_dir):
+    """TERM everything but the GCS, then the GCS, then KILL what is left; return what survived."""
+    import psutil
+    procs = _processes_of(popens, temp_dir)
+
+    def name(p):
+        try:
+            return p.name()
+        except psutil.Error:
+            return ""
+
+    names = {p.pid: name(p) for p in procs}
+    gcs = [p for p in procs if "gcs_server" in names[p.pid]]
+    for wave in ([p for p in procs if p not in gcs], gcs):
+        for p in wave:
+            try:
+                p.send_signal(signal.SIGTERM)
+            except psutil.Error:
+                pass
+        psutil.wait_procs(wave, timeout=STOP_TIMEOUT_S)
+    for p in _processes_of(popens, temp_dir):
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    for popen in popens:
+        try:
+            popen.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pass
+    time.sleep(0.5)
+    # What ran when the stop began (is_running() compares creation times: a reused PID is not
+    # taken for it), and anything naming the temp dir since.
+    left = {p.pid: p for p in procs if _alive(p)}
+    left.update((p.pid, p) for p in _processes_of(popens, temp_dir))
+    print("stopped %d Ray processes: %s" % (len(procs), ", ".join(sorted(names.values()))))
+    return list(left.values())
+
+
+class Cluster:
+    """The running cluster: its address, temp dir, nodes (``ray start --block`` processes)."""
+
+    def __init__(self, temp_dir):
+        self.temp_dir = temp_dir
+        self.ray_bin = str(pathlib.Path(sys.executable).with_name("ray"))
+        self.port = _free_port()
+        self.node_ip = ray.util.get_node_ip_address()
+        self.address = "%s:%d" % (self.node_ip, self.port)
+        self.popens = []
+        self.logs = []
+        self.node_of_host = {}  # fake host index -> Ray node id
+
+    def _log_text(self):
+        return "\n".join(path.read_text() for path in sorted(self.temp_dir.glob("ray-start-*.log")))
+
+    def start_node(self, host, num_cpus):
+        """Start node ``host`` (the head for 0) with the resource hvd_test_host_<host>; for the head,
+        wait until its GCS accepts connections."""
+        log = open(self.temp_dir / ("ray-start-%d.log" % host), "w")
+        self.logs.append(log)
+        args = [self.ray_bin, "start", "--block", "--disable-usage-stats", "--num-cpus=%d" % num_cpus,
+                "--object-store-memory=%d" % (100 << 20), "--resources=" + json.dumps({"hvd_test_host_%d" % host: 100})]
+        if host == 0:
+            args += ["--head", "--port=%d" % self.port, "--include-dashboard=false", "--temp-dir=%s" % self.temp_dir]
+        else:
+            args += ["--address=%s" % self.address]
+        popen = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.popens.append(popen)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while host == 0:
+            try:
+                socket.create_connection((self.node_ip, self.port), timeout=1).close()
+                break
+            except OSError:
+                if popen.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the Ray head node did not start:\n" + self._log_text()) from None
+                time.sleep(0.5)
+        return popen
+
+    def wait_for_nodes(self, count):
+        """Wait until ``count`` nodes are alive; record which node has which fake host."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            alive = [n for n in ray.nodes() if n.get("Alive", n.get("alive"))]
+            if len(alive) == count:
+                break
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.popens):
+                raise RuntimeError("the Ray cluster has %d of %d nodes; logs:\n%s"
+                                   % (len(alive), count, self._log_text()))
+            time.sleep(0.5)
+        for node in alive:
+            for key in node["Resources"]:
+                if key.startswith("hvd_test_host_"):
+                    self.node_of_host[int(key.rpartition("_")[2])] = node["NodeID"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    temp_dir = _ray_temp_dir()
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    temp_dir.mkdir(parents=True)
+    c = Cluster(temp_dir)
+    try:
+        for host in range(NODES):
+            c.start_node(host, CPUS_PER_NODE)
+        ray.init(address=c.address, logging_level="WARNING", log_to_driver=True)
+        c.wait_for_nodes(NODES)
+        yield c
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        left = _stop_cluster(c.popens, temp_dir)
+        for log in c.logs:
+            log.close()
+        for k, v in SAVED_ENV.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        assert not left, "Ray processes left after stopping the cluster: %s" % [
+            (p.pid, p.name()) for p in left]
+        assert not temp_dir.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Functions the workers run.
+
+def _job_facts():
+    """hvd.init() through horovod.common, then what the worker sees of the job, and an
+    allreduce (sum) of a numpy array that depends on the rank."""
+    from horovod.common import ops
+    from horovod.common.basics import HorovodBasics
+    hvd = HorovodBasics()
+    hvd.init()
+    x = np.arange(6, dtype=np.float64) * (hvd.rank() + 1) + hvd.rank()
+    ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["ray.test.sum"], HorovodBasics.Sum))
+    return {
+        "rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
+        "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(), "sum": x.tolist(),
+        "node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+        "env": {k: v for k, v in os.environ.items() if k.startswith(("HOROVOD_", "NCCL_", "CUDA_"))},
+        "secret": os.environ.get(SECRET_ENV),
+    }
+
+
+def _expected_topology(nodes):
+    """Local and cross ranks by the rules: local rank = position among the ranks of its node;
+    cross rank = index of its node among the nodes (in order of first appearance) that have a
+    rank of that local rank."""
+    order, ranks_of = [], {}
+    for rank, node in enumerate(nodes):
+        if node not in ranks_of:
+            order.append(node)
+            ranks_of[node] = []
+        ranks_of[node].append(rank)
+    out = []
+    for rank, node in enumerate(nodes):
+        local_rank = ranks_of[node].index(rank)
+        having = [n for n in order if len(ranks_of[n]) > local_rank]
+        out.append({"local_rank": local_rank, "local_size": len(ranks_of[node]),
+                    "cross_rank": having.index(node), "cross_size": len(having)})
+    return out
+
+
+def _check_job(results, size):
+    assert [r["rank"] for r in results] == list(range(size))
+    assert all(r["size"] == size for r in results)
+    expected_sum = sum(np.arange(6, dtype=np.float64) * (r + 1) + r for r in range(size))
+    for r in results:
+        np.testing.assert_array_equal(np.array(r["sum"]), expected_sum)
+    expected = _expected_topology([r["node"] for r in results])
+    for r, e in zip(results, expected, strict=True):
+        assert {k: r[k] for k in e} == e, (r["rank"], r, e)
+        env = r["env"]
+        assert env["HOROVOD_RANK"] == str(r["rank"]) and env["HOROVOD_SIZE"] == str(size)
+        assert env["HOROVOD_LOCAL_RANK"] == str(e["local_rank"])
+        assert env["HOROVOD_CROSS_SIZE"] == str(e["cross_size"])
+        assert env["HOROVOD_HOSTNAME"] == r["node"]
+        assert env["HOROVOD_CONTROLLER"] == "gloo" and env["HOROVOD_CPU_OPERATIONS"] == "gloo"
+        assert env["HOROVOD_GLOO_IFACE"] and env["NCCL_SOCKET_IFNAME"].split(",")[0] == env["HOROVOD_GLOO_IFACE"]
+        assert "CUDA_VISIBLE_DEVICES" not in env and "HOROVOD_ELASTIC" not in env
+    assert len({r["secret"] for r in results}) == 1 and len(bytes.fromhex(results[0]["secret"])) == 32
+
+
+def _pg_states():
+    return {pg_id: info["state"] for pg_id, info in ray.util.placement_group_table().items()}
+
+
+def _live_pgs():
+    return {pg_id for pg_id, state in _pg_states().items() if state != "REMOVED"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Without a cluster.
+
+def test_import_without_ray_names_the_extra():
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "try:\n    import horovod.ray\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert 'pip install "horovod-run[ray]"' in out.stdout, out
+
+
+def test_bad_arguments():
+    s = RayExecutor.create_settings(timeout_s=10)
+    with pytest.raises(ValueError, match="num_workers or num_hosts"):
+        RayExecutor(s, num_workers=2, num_hosts=1)
+    with pytest.raises(ValueError, match="num_workers, or num_hosts"):
+        RayExecutor(s)
+    with pytest.raises(ValueError, match="use_gpu"):
+        RayExecutor(s, num_workers=1, gpus_per_worker=1)
+    with pytest.raises(ValueError, match="-1"):
+        RayExecutor(s, num_workers=1, use_gpu=True, gpus_per_worker=-1)
+    with pytest.raises(ValueError, match="num_workers must be"):
+        RayExecutor(s, num_workers=0)
+    with pytest.raises(ValueError, match="num_workers_per_host must be"):
+        RayExecutor(s, num_hosts=2, num_workers_per_host=0)
+    with pytest.raises(ValueError, match="^Both min_workers and num_workers"):
+        RayExecutor(s, num_workers=2, min_workers=1)
+    with pytest.raises(ValueError, match="max_workers"):
+        RayExecutor(s, max_workers=2)
+    with pytest.raises(NotImplementedError, match="elastic"):
+        RayExecutor(s, min_workers=1)
+    # Accepted: num_workers_per_host=None beside num_workers, and gpus_per_worker defaults to use_gpu.
+    assert RayExecutor(s, num_workers=2, num_workers_per_host=None).params.gpus_per_worker == 0
+    assert RayExecutor(s, num_workers=2, use_gpu=True).params.gpus_per_worker == 1
+
+
+def test_settings(tmp_path):
+    a = RayExecutor.create_settings(timeout_s=7, placement_group_timeout_s=3, nics={"lo"})
+    b = RayExecutor.create_settings()
+    assert isinstance(a, MiniSettings) and a.timeout_s == 7 and a.placement_group_timeout_s == 3
+    assert a.nics == {"lo"} and b.nics is None
+    assert len(a.key) == 32 and a.key != b.key != MiniSettings().key
+    assert a.start_timeout.seconds == 7 and "timeout_s" in a.start_timeout._message
+    a.discovery = "anything"  # extra attributes are accepted
+    key_file = tmp_path / "key"
+    RayExecutor.create_settings(ssh_identity_file=str(key_file), ssh_str="KEY")
+    assert key_file.read_text() == "KEY" and (key_file.stat().st_mode & 0o777) == 0o600
+
+
+@pytest.mark.parametrize("layout, expected", [
+    # 12 ranks dealt round-robin to 3 nodes: local size 4, cross size 3 everywhere.
+    (["a", "b", "c"] * 4, {"local_size": {4}, "cross_size": {3}}),
+    # Nodes holding 5, 4 and 3 ranks: 1 rank of cross size 1, 2 of size 2, 9 of size 3.
+    (["a"] * 5 + ["b"] * 4 + ["c"] * 3, {"cross_size_counts": {1: 1, 2: 2, 3: 9}}),
+])
+def test_coordinator(layout, expected):
+    c = Coordinator(MiniSettings())
+    for rank, node in enumerate(layout):
+        c.register("host-" + node, node, rank)
+    assert c.world_size == len(layout) and c.hostnames == {"host-" + n for n in set(layout)}
+    got = c.finalize_registration()
+    want = _expected_topology(layout)
+    for rank in range(len(layout)):
+        assert got[rank] == {"HOROVOD_LOCAL_RANK": want[rank]["local_rank"],
+                             "HOROVOD_LOCAL_SIZE": want[rank]["local_size"],
+                             "HOROVOD_CROSS_RANK": want[rank]["cross_rank"],
+                             "HOROVOD_CROSS_SIZE": want[rank]["cross_size"]}
+        assert all(isinstance(v, int) for v in got[rank].values())
+    if "local_size" in expected:
+        assert {v["HOROVOD_LOCAL_SIZE"] for v in got.values()} == expected["local_size"]
+        assert {v["HOROVOD_CROSS_SIZE"] for v in got.values()} == expected["cross_size"]
+    else:
+        sizes = [v["HOROVOD_CROSS_SIZE"] for v in got.values()]
+        assert {s: sizes.count(s) for s in set(sizes)} == expected["cross_size_counts"]
+    assert c.node_id_string == ",".join("%s:%d" % (n, layout.count(n)) for n in dict.fromkeys(layout))
+    assert Coordinator(MiniSettings()).node_id_string == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# On the cluster.
+
+class Counter:
+    """An executable: state kept between execute() calls."""
+
+    def __init__(self, start):
+        self.value = start
+
+    def bump(self):
+        self.value += 1
+        return self.value
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 4])
+def test_num_workers(cluster, num_workers):
+    settings = RayExecutor.create_settings(timeout_s=60, placement_group_timeout_s=30)
+    executor = RayExecutor(settings, num_workers=num_workers, cpus_per_worker=1)
+    before = _live_pgs()
+    executor.start(executable_cls=Counter, executable_args=[10], extra_env_vars={"HVD_RAY_TEST_EXTRA": "x y"})
+    try:
+        created = executor.adapter.strategy._created_placement_group
+        assert created is not None and created.id.hex() in _live_pgs() - before
+        results = executor.run(_job_facts)
+        _check_job(results, num_workers)
+        if num_workers == 4:
+            # 2 CPUs per node: the packed group spans both nodes, so cross ranks are not trivial.
+            assert {r["node"] for r in results} == set(cluster.node_of_host.values())
+            assert {r["cross_size"] for r in results} == {2}
+        assert settings.key.hex() != results[0]["secret"]
+        # execute: the executable keeps its state, results in rank order.
+        assert executor.execute(lambda c: c.bump()) == [11] * num_workers
+        assert executor.execute(lambda c: (c.bump(), os.environ["HOROVOD_RANK"])) == \
+            [(12, str(r)) for r in range(num_workers)]
+        assert executor.execute_single(lambda c: (c.value, os.environ["HOROVOD_RANK"])) == (12, "0")
+        refs = executor.run_remote(lambda a, b=0: (int(os.environ["HOROVOD_RANK"]), a + b), args=[1], kwargs={"b": 2})
+        assert isinstance(refs[0], ray.ObjectRef)
+        assert ray.get(refs) == [(r, 3) for r in range(num_workers)]
+        assert executor.run(lambda: os.environ["HVD_RAY_TEST_EXTRA"]) == ["x y"] * num_workers
+        pids = [r["pid"] for r in results]
+    finally:
+        executor.shutdown()
+    assert executor.adapter is None
+    assert created.id.hex() not in _live_pgs()
+    executor.shutdown()  # twice is fine
+    _wait_gone(pids)
+
+
+def _wait_gone(pids, timeout_s=20):
+    import psutil
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        left = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+        if not left:
+            return
+        time.sleep(0.2)
+    pytest.fail("worker processes %s still run after shutdown()" % left)
+
+
+def test_num_hosts_strict_spread(cluster):
+    settings = RayExecutor.create_settings(timeout_s=60, placement_group_timeout_s=30)
+    executor = RayExecutor(settings, num_hosts=2, num_workers_per_host=2, cpus_per_worker=1)
+    executor.start()
+    try:
+        results = executor.run(_job_facts)
+    finally:
+        executor.shutdown()
+    _check_job(results, 4)
+    nodes = [r["node"] for r in results]
+    # Bundle b holds ranks 2b and 2b+1, and the two bundles are on different nodes.
+    assert nodes[0] == nodes[1] != nodes[2] == nodes[3]
+    assert set(nodes) == set(cluster.node_of_host.values())
+    assert [(r["local_rank"], r["cross_rank"], r["local_size"], r["cross_size"]) for r in results] == \
+        [(0, 0, 2, 2), (1, 0, 2, 2), (0, 1, 2, 2), (1, 1, 2, 2)]
+
+    # Another executor gets another job secret.
+    other = RayExecutor(settings, num_workers=1)
+    other.start()
+    try:
+        assert other.run(_job_facts)[0]["secret"] != results[0]["secret"]
+    finally:
+        other.shutdown()
+
+
+@ray.remote(num_cpus=0)
+def _executor_in_placement_group():
+    """Runs inside the caller's placement group: the executor puts its workers there."""
+    settings = RayExecutor.create_settings(timeout_s=60)
+    executor = RayExecutor(settings)  # one worker per bundle of the placement group
+    executor.start()
+    try:
+        created = executor.adapter.strategy._created_placement_group
+        return created, executor.run(_job_facts)
+    finally:
+        executor.shutdown()
+
+
+def test_callers_placement_group(cluster):
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    pg = ray.util.placement_group([{"CPU": 1, "hvd_test_host_1": 1}] * 2, strategy="PACK")
+    assert ray.get(pg.ready(), timeout=30)
+    try:
+        created, results = ray.get(_executor_in_placement_group.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_capture_child_tasks=True)
+        ).remote(), timeout=120)
+        assert created is None
+        _check_job(results, 2)
+        assert {r["node"] for r in results} == {cluster.node_of_host[1]}
+        # shutdown() left the caller's group alone.
+        assert pg.id.hex() in _live_pgs()
+    finally:
+        ray.util.remove_placement_group(pg)
+
+
+def _raise_on_rank_1():
+    if os.environ["HOROVOD_RANK"] == "1":
+        raise KeyError("failure planted in rank 1")
+    return "ok"
+
+
+def test_worker_exception_names_rank(cluster):
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=60), num_workers=2)
+    executor.start()
+    try:
+        with pytest.raises(KeyError) as info:
+            executor.run(_raise_on_rank_1)
+        text = str(info.value)
+        # The worker's traceback, the planted error and the rank, in Ray's message itself.
+        assert 'in _raise_on_rank_1\n    raise KeyError("failure planted in rank 1")' in text
+        assert "raised in Horovod rank 1 of 2 (Ray node " in text
+        shown = "".join(traceback.format_exception(info.value))
+        assert shown.count("raised in Horovod rank 1 of 2") == 1, shown
+        assert any("rank 1 of 2 failed in run()" in note for note in info.value.__notes__)
+        # The executor still works for functions that do not wait on the failed rank.
+        assert executor.run(lambda: "again") == ["again", "again"]
+    finally:
+        executor.shutdown()
+
+
+def _allreduce_forever():
+    from horovod.common import ops
+    from horovod.common.basics import HorovodBasics
+    hvd = HorovodBasics()
+    hvd.init()
+    deadline = time.monotonic() + 120
+    i = 0
+    while time.monotonic() < deadline:
+        x = np.ones(1000)
+        ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["forever.%d" % (i % 8)], HorovodBasics.Sum))
+        i += 1
+    return i
+
+
+def test_killed_worker_ends_run(cluster):
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=60), num_workers=2)
+    executor.start()
+    try:
+        pids = executor.run(os.getpid)
+        timer = threading.Timer(3.0, os.kill, (pids[1], signal.SIGKILL))
+        started = time.monotonic()
+        timer.start()
+        try:
+            with pytest.raises(ray.exceptions.RayActorError) as info:
+                executor.run(_allreduce_forever)
+        finally:
+            timer.cancel()
+        elapsed = time.monotonic() - started
+        assert elapsed < 15, "run() took %.1f s to notice the killed worker" % elapsed
+        notes = "\n".join(getattr(info.value, "__notes__", []))
+        assert "the worker actor of rank 1 of 2 died during run()" in notes, notes
+    finally:
+        executor.shutdown()
+
+
+def test_placement_group_timeout(cluster):
+    settings = RayExecutor.create_settings(timeout_s=30, placement_group_timeout_s=2)
+    before = _live_pgs()
+    # Three hosts on a two-node cluster.
+    executor = RayExecutor(settings, num_hosts=3, num_workers_per_host=1)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError) as info:
+        executor.start()
+    assert time.monotonic() - started < 20
+    message = str(info.value)
+    assert "timed out after 2 s" in message and "3 bundle(s) of {CPU: 1}" in message
+    assert "STRICT_SPREAD" in message and "on 3 different nodes" in message and "2 alive node(s)" in message
+    assert executor.adapter is None
+    executor.shutdown()
+    # More CPUs than the cluster has.
+    executor = RayExecutor(settings, num_workers=2, cpus_per_worker=CPUS_PER_NODE * NODES)
+    with pytest.raises(TimeoutError, match=r"2 bundle\(s\) of \{CPU: 4\}.*\{CPU: 8\} in all.*available"):
+        executor.start()
+    assert _live_pgs() == before
+
+
+def test_lost_node_ends_run(cluster):
+    """A third node joins; a job with one worker on each node loses that node (every process of
+    it SIGKILLed, as when a machine goes away): run() ends within seconds naming the rank."""
+    import psutil
+    popen = cluster.start_node(2, num_cpus=1)
+    cluster.wait_for_nodes(NODES + 1)
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=60, placement_group_timeout_s=30),
+                           num_hosts=NODES + 1, num_workers_per_host=1)
+    executor.start()
+    try:
+        nodes = executor.run(lambda: ray.get_runtime_context().get_node_id())
+        lost = nodes.index(cluster.node_of_host[2])
+        node_procs = [psutil.Process(popen.pid)] + psutil.Process(popen.pid).children(recursive=True)
+
+        def stop_node():
+            for proc in node_procs:
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+
+        timer = threading.Timer(3.0, stop_node)
+        started = time.monotonic()
+        timer.start()
+        try:
+            with pytest.raises(ray.exceptions.RayError) as info:
+                executor.run(_allreduce_forever)
+        finally:
+            timer.cancel()
+        elapsed = time.monotonic() - started
+        assert elapsed < 20, "run() took %.1f s to notice the lost node" % elapsed
+        shown = "".join(traceback.format_exception(info.value))
+        assert ("the worker actor of rank %d of 3 died" % lost in shown
+                or "lost its connection to rank %d " % lost in shown), shown
+    finally:
+        executor.shutdown()
