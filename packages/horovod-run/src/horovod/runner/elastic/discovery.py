@@ -188,7 +188,7 @@ class HostManager:
                     state.whitelist()
                 if not state.is_blacklisted():
                     usable[host] = slots
-            order = self.order_available_hosts(set(usable), previous.host_assignment_order)
+            order = self.order_available_hosts(list(usable), previous.host_assignment_order)
             self._current_hosts = DiscoveredHosts(usable, order)
             result = HostUpdateResult.no_update
             for host in previous.host_assignment_order:
@@ -216,7 +216,10 @@ class HostManager:
 
     @staticmethod
     def order_available_hosts(available_hosts, prev_host_assignment_order):
-        """The previous order of the hosts still available, then the new ones (sorted), so that
-        older hosts keep the lower ranks and rank 0 holds the latest committed state."""
+        """The previous order of the hosts still available, then the new ones (in the order
+        ``available_hosts`` lists them: the discovery's, or sorted for a set), so that older
+        hosts keep the lower ranks and rank 0 holds the latest committed state."""
         kept = [host for host in prev_host_assignment_order if host in available_hosts]
-        return kept + sorted(set(available_hosts) - set(kept))
+        new = available_hosts if not isinstance(available_hosts, (set, frozenset)) else sorted(
+            available_hosts)
+        return kept + [host for host in new if host not in kept]

@@ -143,16 +143,16 @@ class ElasticDriver:
             current = {(s.hostname, s.local_rank) for s in self._slot_infos.values()}
         if {(s.hostname, s.local_rank) for s in planned} == current:
             return
-        coordinator = self.get_coordinator_info()
-        client = self.get_worker_client(coordinator)
-        if client is None:
-            return  # rank 0 has not registered yet; tried again at the next poll
         update_res = HostUpdateResult.no_update
         if any((s.hostname, s.local_rank) not in current for s in planned):
             update_res |= HostUpdateResult.added
         if any(slot not in {(s.hostname, s.local_rank) for s in planned} for slot in current):
             update_res |= HostUpdateResult.removed
         try:
+            coordinator = self.get_coordinator_info()
+            client = self.get_worker_client(coordinator) if coordinator else None
+            if client is None:
+                return  # rank 0 has not registered yet; tried again at the next poll
             client.notify_hosts_updated(int(time.time() * 1000), update_res)
             self._notified_generation = generation
             self._say("told rank 0 that the hosts changed")
