@@ -48,6 +48,19 @@ class KerasStateImpl(ObjectState):
                 variables.append(v)
         return variables
 
+    def _build_optimizer_like_root(self):
+        """Builds the optimizer for the model's trainable weights when it is not built yet but
+        rank 0's is (collective: every rank calls it). A worker that joins an elastic job has
+        an optimizer without slot variables (momentum, Adam moments) while rank 0's built them
+        at its first step; the ranks must broadcast the same variables."""
+        optimizer = self.optimizer
+        if optimizer is None or not hasattr(optimizer, 'built') or not hasattr(optimizer, 'build'):
+            return
+        if self._bcast_object(bool(optimizer.built)) and not optimizer.built:
+            with _keras().name_scope(optimizer.name, caller=optimizer):
+                optimizer.build(self.model.trainable_weights)
+            optimizer.built = True
+
     def _save_variables(self):
         keras = _keras()
         self._saved_variables = [(v, np.array(keras.ops.convert_to_numpy(v.value)))
@@ -63,6 +76,7 @@ class KerasStateImpl(ObjectState):
         super().restore()
 
     def sync(self):
+        self._build_optimizer_like_root()
         _impl.broadcast_variables(_keras(), self.backend, self._variables(), 0,
                                   name='KerasState.sync')
         super().sync()
@@ -117,16 +131,27 @@ class UpdateBatchStateCallbackImpl:
 
 class UpdateEpochStateCallbackImpl:
     """Sets ``state.epoch`` to the number of epochs finished: its value when training began plus
-    the epochs of this ``fit``."""
+    the epochs this ``fit`` finished.
+
+    Keras numbers the epochs of ``fit(..., initial_epoch=k)`` from ``k``, so the epochs finished
+    are counted from the first epoch this ``fit`` began, whether or not the script passes
+    ``initial_epoch=state.epoch`` (``fit(epochs=epochs - state.epoch)`` numbers them from 0)."""
 
     def __init__(self, backend, state, *args):
         super().__init__(*args)
         self.backend = backend
         self.state = state
         self.initial_epoch = state.epoch
+        self.first_epoch = None
 
     def on_train_begin(self, logs=None):
         self.initial_epoch = self.state.epoch
+        self.first_epoch = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.first_epoch is None:
+            self.first_epoch = epoch
 
     def on_epoch_end(self, epoch, logs=None):
-        self.state.epoch = self.initial_epoch + epoch + 1
+        first = epoch if self.first_epoch is None else self.first_epoch
+        self.state.epoch = self.initial_epoch + epoch - first + 1

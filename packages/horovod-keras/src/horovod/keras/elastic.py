@@ -7,8 +7,11 @@ commit when a rank fails or hosts change, and these callbacks keep the state com
     @hvd.elastic.run
     def train(state):
         model.fit(..., initial_epoch=state.epoch, callbacks=[
-            hvd.elastic.CommitStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
-            hvd.elastic.UpdateEpochStateCallback(state)])
+            hvd.elastic.UpdateBatchStateCallback(state), hvd.elastic.UpdateEpochStateCallback(state),
+            hvd.elastic.CommitStateCallback(state)])
+
+The commit callback comes last, so that what it commits at an epoch's end includes the epoch
+just finished.
 """
 
 import keras
@@ -24,7 +27,14 @@ __all__ = ['KerasState', 'CommitStateCallback', 'UpdateBatchStateCallback',
 def run(func):
     """Decorator making ``func(state, *args, **kwargs)`` survive failures and host changes: the
     state is synchronised from rank 0 before each attempt, rolled back to its last commit after
-    a ``HorovodInternalError``, and Horovod is re-initialised between attempts."""
+    a ``HorovodInternalError``, and Horovod is re-initialised between attempts.
+
+    On the TensorFlow backend this is ``horovod.tensorflow.elastic.run``: a collective that fails
+    inside the graph Keras runs reaches the script as a ``tf.errors.UnknownError`` naming the
+    Horovod op, which it turns into a ``HorovodInternalError``."""
+    if _backend.NAME == 'tensorflow':
+        from horovod.tensorflow.elastic import run as tensorflow_run
+        return tensorflow_run(func)
     return run_fn(func, _reset)
 
 

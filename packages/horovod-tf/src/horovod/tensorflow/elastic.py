@@ -45,6 +45,22 @@ def _reset():
     init()
 
 
+def _build_optimizer_like_root(model, optimizer, bcast_object):
+    """Builds a Keras 3 ``optimizer`` that is not built yet (no slot variables) for the model's
+    trainable variables when rank 0's is built (collective: every rank must call it).
+
+    A worker that joins an elastic job, or whose optimizer never stepped, has fewer optimizer
+    variables than rank 0, whose optimizer built its slots (momentum, Adam moments) at its first
+    step; without this the ranks would broadcast different lists of variables.
+    """
+    if optimizer is None or not hasattr(optimizer, 'built') or not hasattr(optimizer, 'build'):
+        return
+    if bcast_object(bool(optimizer.built)) and not optimizer.built:
+        with tf.keras.name_scope(optimizer.name, caller=optimizer):
+            optimizer.build(model.trainable_variables)
+        optimizer.built = True
+
+
 def _snapshot(variables):
     return [tf.convert_to_tensor(v).numpy().copy() for v in variables]
 
@@ -89,6 +105,7 @@ class TensorFlowKerasState(ObjectState):
         super().restore()
 
     def sync(self):
+        _build_optimizer_like_root(self.model, self.optimizer, self._bcast_object)
         broadcast_variables(self._variables(), root_rank=0)
         self._saved_variables = _snapshot(self._variables())
         super().sync()
