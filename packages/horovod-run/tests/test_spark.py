@@ -290,6 +290,10 @@ def test_run_topology_allreduce_rank_order(sc, num_proc):
         except psutil.NoSuchProcess:
             pass
     assert secret not in str(sc.getConf().getAll())
+    # Nor in any log of the master, the workers and the executors.
+    for path in BASE.rglob("*"):
+        if path.is_file() and path.stat().st_size < 50 * 1024 * 1024:
+            assert secret.encode() not in path.read_bytes(), path
 
 
 def test_default_num_proc_env_and_output(sc):

@@ -13,7 +13,6 @@ a process of its own and returns the result through ``collect``.
 import itertools
 import logging
 import os
-import sys
 import threading
 import time
 
