@@ -272,6 +272,30 @@ def test_no_active_context(monkeypatch):
         horovod.spark.run(_job_facts, num_proc=1)
 
 
+def test_host_plan_orders_hosts_and_local_ranks():
+    from horovod.spark.common.util import RegisterTask
+    from horovod.spark.runner import _host_plan
+
+    def reg(index, host):
+        return RegisterTask(index, 0, host, ["lo"], ["lo"], [])
+
+    # Hashes sorted (a < b < c), rotated so that task 0's host (b) comes first; a host's tasks in
+    # increasing index order.
+    registrations = {i: reg(i, h) for i, h in enumerate(["b", "c", "a", "b", "a", "c"])}
+    assert _host_plan(registrations) == [("b", [0, 3]), ("c", [1, 5]), ("a", [2, 4])]
+
+
+def test_sealed_secret():
+    from horovod.spark.common.util import seal, unseal
+
+    key, other, secret = os.urandom(32), os.urandom(32), os.urandom(32)
+    sealed = seal(key, secret)
+    assert secret not in sealed and len(sealed) == 16 + len(secret)
+    assert seal(key, secret) != sealed  # a fresh nonce each time
+    assert unseal(key, sealed) == secret
+    assert unseal(other, sealed) != secret
+
+
 # ---------------------------------------------------------------------------------------------
 # On the cluster.
 
