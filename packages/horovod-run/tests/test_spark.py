@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import cloudpickle
 import numpy as np
@@ -272,6 +273,16 @@ def test_no_active_context(monkeypatch):
         horovod.spark.run(_job_facts, num_proc=1)
 
 
+def test_bad_arguments(monkeypatch):
+    monkeypatch.setattr(SparkContext, "_active_spark_context", object())
+    with pytest.raises(NotImplementedError, match="MPI"):
+        horovod.spark.run(_job_facts, num_proc=1, use_mpi=True)
+    with pytest.raises(ValueError, match="env must be a mapping"):
+        horovod.spark.run(_job_facts, num_proc=1, env=[("A", "1")])
+    with pytest.raises(ValueError, match="num_proc must be a positive integer"):
+        horovod.spark.run(_job_facts, num_proc=0)
+
+
 def test_host_plan_orders_hosts_and_local_ranks():
     from horovod.spark.common.util import RegisterTask
     from horovod.spark.runner import _host_plan
@@ -327,14 +338,15 @@ def test_default_num_proc_env_and_output(sc):
         hvd.init()
         print("hello from %d" % hvd.rank())
         print("to stderr %d" % hvd.rank(), file=sys.stderr)
-        return tag, os.environ.get("MY_VAR"), hvd.rank()
+        return tag, os.environ.get("MY_VAR"), os.environ.get("CUDA_VISIBLE_DEVICES"), hvd.rank()
 
     out, err = io.StringIO(), io.StringIO()
-    results = horovod.spark.run(fn, args=("t",), env={"MY_VAR": "v"}, stdout=out, stderr=err, verbose=0,
-                                start_timeout=60)
+    # Any mapping (os.environ is not a dict); the export filter of horovodrun applies.
+    env = types.MappingProxyType({"MY_VAR": "v", "CUDA_VISIBLE_DEVICES": "7"})
+    results = horovod.spark.run(fn, args=("t",), env=env, stdout=out, stderr=err, verbose=0, start_timeout=60)
     n = sc.defaultParallelism
     assert n == WORKERS * CORES_PER_WORKER
-    assert results == [("t", "v", k) for k in range(n)]
+    assert results == [("t", "v", None, k) for k in range(n)]
     for k in range(n):
         assert "[%d]<stdout>:hello from %d\n" % (k, k) in out.getvalue()
         assert "[%d]<stderr>:to stderr %d\n" % (k, k) in err.getvalue()

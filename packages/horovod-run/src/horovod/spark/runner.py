@@ -10,6 +10,7 @@ the secret sealed under the service key, and the cloudpickled function. Each tas
 a process of its own and returns the result through ``collect``.
 """
 
+import collections.abc
 import itertools
 import logging
 import os
@@ -20,6 +21,7 @@ import cloudpickle
 
 from horovod.common.rendezvous import RendezvousServer, make_secret_key
 from horovod.runner import gloo_run
+from horovod.runner.common.util import env as env_util
 from horovod.runner.common.util import hosts, network
 from horovod.runner.common.util.timeout import TimeoutException
 from horovod.spark.common import util
@@ -201,8 +203,9 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_arg
         start_timeout: seconds for all tasks to start and register; default
             ``HOROVOD_SPARK_START_TIMEOUT`` or 600.
         extra_mpi_args: for the MPI controller, which this version does not have (ignored).
-        env: variables added to the ranks' environment (None means none; the executor's own
-            environment is inherited either way).
+        env: variables added to the ranks' environment, a mapping (None means none; the
+            executor's own environment is inherited either way). Filtered as ``horovodrun``
+            filters the driver's: no ``CUDA_VISIBLE_DEVICES``, ``OLDPWD``, ``BASH_FUNC_*`` or secret.
         stdout, stderr: streams that receive the ranks' output, each line prefixed
             ``[<rank>]<stdout>:``; None leaves it in the executor logs.
         verbose: 0, 1 (log the number of ranks) or 2 (also the placement).
@@ -230,9 +233,12 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_arg
         raise ValueError("use_gloo=False and use_mpi=False leave no controller to run with")
     if env is None:
         env = {}
-    if not isinstance(env, dict):
-        raise ValueError("env must be a dict of the variables to add to the ranks' environment, got %s"
+    if not isinstance(env, collections.abc.Mapping):
+        raise ValueError("env must be a mapping of the variables to add to the ranks' environment, got %s"
                          % type(env).__name__)
+    # As horovodrun forwards the driver's variables: never the secret, CUDA_VISIBLE_DEVICES,
+    # OLDPWD or shell functions.
+    env = {str(k): str(v) for k, v in env.items() if env_util.is_exportable(str(k))}
     if num_proc is None:
         num_proc = sc.defaultParallelism
     if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
