@@ -12,6 +12,7 @@ Run by ``nox -s tests-spark``.
 import io
 import os
 import pathlib
+import re
 import shutil
 import signal
 import socket
@@ -360,9 +361,20 @@ def test_allgather_pairs_in_rank_order(sc):
         hvd.init()
         x = np.array([hvd.rank()], dtype=np.int64)
         (out,) = ops.wait(ops.allgather_async(ops.new_handle(), [x], ["spark.test.gather"]))
+        print("gathered", os.environ["HOROVOD_GLOO_IFACE"], os.environ["NCCL_SOCKET_IFNAME"])
         return [int(v) for v in np.asarray(out)], hvd.rank()
 
-    assert horovod.spark.run(fn, num_proc=2, verbose=0) == [([0, 1], 0), ([0, 1], 1)]
+    out = io.StringIO()
+    # nics: the driver service and Gloo use loopback only (every process is on this machine).
+    assert horovod.spark.run(fn, num_proc=2, verbose=0, nics=["lo"], stdout=out,
+                             prefix_output_with_timestamp=True) == [([0, 1], 0), ([0, 1], 1)]
+    ranks = []
+    for line in out.getvalue().splitlines():
+        # time.asctime(), then the rank prefix.
+        match = re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[(\d)\]<stdout>:gathered lo lo", line)
+        assert match, line
+        ranks.append(int(match.group(1)))
+    assert sorted(ranks) == [0, 1]
 
 
 def _raise_on_rank_1():
