@@ -1,9 +1,9 @@
 """Every developer task of the monorepo: `nox -s build | lint | demo | bench`, and `nox -t tests`.
 
 `nox -t tests` runs every test session: `tests` (one per package that needs only PyTorch or
-nothing), `tests-tf`, `tests-keras`, `tests-mxnet` and `tests-ray`, each in its own virtualenv, `build-gpu`
-(the core with CUDA and NCCL, compiled, linked and checked; its GPU tests skip without a GPU), and
-`bare-install` (the wheels on a Debian root with nothing but Python: ci/bare_install.py).
+nothing), `tests-tf`, `tests-keras`, `tests-mxnet`, `tests-ray` and `tests-spark`, each in its own
+virtualenv, `build-gpu` (the core with CUDA and NCCL, compiled, linked and checked; its GPU tests
+skip without a GPU), and `bare-install` (the wheels on a Debian root with nothing but Python: ci/bare_install.py).
 
 Wheels are built into dist/ once per change of a package's sources: next to each wheel lies
 `<package>.sha256`, a hash of the files the wheel is built from, and every session that needs a
@@ -200,8 +200,9 @@ def run_tests(session: nox.Session, package: str, requirements: list[str], extra
 @nox.session(tags=["tests"])
 @nox.parametrize("package", list(TESTS))
 def tests(session: nox.Session, package: str) -> None:
-    """Run one package's tests against its installed wheel (horovod.ray's in tests-ray)."""
-    ignore = ("tests/test_ray.py",) if package == "horovod-run" else ()
+    """Run one package's tests against its installed wheel (horovod.ray's in tests-ray,
+    horovod.spark's in tests-spark)."""
+    ignore = ("tests/test_ray.py", "tests/test_spark.py") if package == "horovod-run" else ()
     run_tests(session, package, TESTS[package], ignore=ignore)
 
 
@@ -230,6 +231,19 @@ def tests_ray(session: nox.Session) -> None:
     horovod.common, so no framework is installed."""
     run_tests(session, "horovod-run", [RAY, "numpy"], extras="ray,test", tests="tests/test_ray.py",
               temp_name="horovod-run-ray")
+
+
+# PySpark, for horovod.spark's tests: the release they are run on (the `spark` extra asks only for >= 4.0).
+PYSPARK = "pyspark==4.3.*"
+
+
+@nox.session(name="tests-spark", tags=["tests"])
+def tests_spark(session: nox.Session) -> None:
+    """horovod.spark (horovod-run[spark]) in a virtualenv of its own: tests/test_spark.py starts a
+    Spark standalone cluster (a master and two workers, Java 17) under build/spark-test and stops it
+    by PID. The ranks' collectives run on numpy arrays through horovod.common."""
+    run_tests(session, "horovod-run", [PYSPARK, "numpy"], extras="spark,test", tests="tests/test_spark.py",
+              temp_name="horovod-run-spark")
 
 
 GPU_DIST = ROOT / "build" / "gpu-dist"

@@ -1,0 +1,23 @@
+"""Horovod inside a PySpark application: :func:`run` runs a function as Horovod ranks placed on
+Spark executors, one Spark task per rank (docs/spark.md).
+
+PySpark is an optional extra of horovod-run: ``pip install "horovod-run[spark]"``. This version
+has ``run`` with the Gloo controller; ``run_elastic``, ``run(use_mpi=True)`` and the Estimator API
+are not there yet.
+"""
+
+import collections
+
+try:
+    import pyspark  # noqa: F401
+except ImportError as e:
+    raise ImportError(
+        'horovod.spark needs PySpark 4, an optional extra of horovod-run: '
+        'pip install "horovod-run[spark]" (could not import pyspark: %s)' % e) from e
+
+# Keep PySpark from replacing collections.namedtuple with its pickling hack (SPARK-22674).
+collections.namedtuple.__hijack = 1
+
+from horovod.spark.runner import run  # noqa: E402
+
+__all__ = ["run"]

@@ -1,0 +1,104 @@
+"""What the driver of :func:`horovod.spark.run` and its Spark tasks share: the host hash, the
+messages of the driver service, its client, and the sealing of the rendezvous secret.
+"""
+
+import hashlib
+import hmac
+import os
+
+from horovod.runner.common.util import host_hash as _host_hash
+from horovod.runner.common.util import network
+
+DRIVER_SERVICE_NAME = "horovod.spark driver service"
+
+
+def host_hash(salt=None):
+    """The runner's host hash, salted with ``CONTAINER_ID`` when set (YARN containers, or Spark
+    workers told apart that way, count as hosts of their own) and with ``salt``."""
+    parts = [p for p in (os.environ.get("CONTAINER_ID"), salt) if p is not None]
+    return _host_hash.host_hash("-".join(str(p) for p in parts) if parts else None)
+
+
+def _keystream(key: bytes, nonce: bytes, length: int) -> bytes:
+    blocks = []
+    for counter in range((length + 31) // 32):
+        blocks.append(hmac.new(key, b"horovod.spark seal" + nonce + counter.to_bytes(4, "big"),
+                               hashlib.sha256).digest())
+    return b"".join(blocks)[:length]
+
+
+def seal(key: bytes, data: bytes) -> bytes:
+    """``data`` encrypted under ``key`` (a fresh 16-byte nonce, then ``data`` XOR an HMAC-SHA256
+    keystream). Integrity comes from the authenticated wire that carries it."""
+    nonce = os.urandom(16)
+    return nonce + bytes(a ^ b for a, b in zip(data, _keystream(key, nonce, len(data)), strict=True))
+
+
+def unseal(key: bytes, sealed: bytes) -> bytes:
+    nonce, data = sealed[:16], sealed[16:]
+    return bytes(a ^ b for a, b in zip(data, _keystream(key, nonce, len(data)), strict=True))
+
+
+# Requests of the driver service (task -> driver) and its answers.
+
+class RegisterTask:
+    def __init__(self, index, attempt, host_hash, driver_interfaces, task_interfaces, gpus):
+        self.index = index
+        self.task_interfaces = task_interfaces
+        self.attempt = attempt
+        self.host_hash = host_hash
+        self.driver_interfaces = driver_interfaces
+        self.gpus = gpus
+
+
+class PollTask:
+    """Heartbeat of task ``index``; answered with :class:`Plan` once all tasks registered
+    (``plan`` None before), or :class:`Abort`."""
+
+    def __init__(self, index):
+        self.index = index
+
+
+class Plan:
+    def __init__(self, plan):
+        self.plan = plan
+
+
+class TaskPlan:
+    def __init__(self, rank, env, sealed_secret, payload, stdout, stderr):
+        self.rank = rank
+        self.env = env
+        self.sealed_secret = sealed_secret
+        self.payload = payload
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+class Abort:
+    def __init__(self, reason):
+        self.reason = reason
+
+
+class Output:
+    def __init__(self, rank, stream, text):
+        self.rank = rank
+        self.stream = stream
+        self.text = text
+
+
+class RankDone:
+    def __init__(self, index, rank, exit_code, error):
+        self.index = index
+        self.rank = rank
+        self.exit_code = exit_code
+        self.error = error
+
+
+class DriverClient(network.BasicClient):
+    """A Spark task's client of the driver service."""
+
+    def __init__(self, driver_addresses, key, verbose=0):
+        super().__init__(DRIVER_SERVICE_NAME, driver_addresses, key, verbose=verbose, probe_timeout=10)
+
+    def send(self, request):
+        return self._send(request)

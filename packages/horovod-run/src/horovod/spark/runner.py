@@ -1,0 +1,370 @@
+"""``horovod.spark.run``: a function as Horovod ranks on Spark executors, one Spark task per rank.
+
+The driver starts an authenticated driver service (HMAC-framed TCP, :mod:`horovod.runner.common.util.network`)
+and, in a background thread under a job group of its own, a Spark job of ``num_proc`` partitions.
+Each task registers with the service (task index, host hash, Spark attempt). Once all have
+registered, the driver groups the tasks into hosts by host hash, assigns ranks as ``horovodrun``
+does (:func:`horovod.runner.common.util.hosts.get_host_assignments`), starts the launcher's
+authenticated rendezvous server with a fresh secret, and hands each task its rank's environment,
+the secret sealed under the service key, and the cloudpickled function. Each task runs its rank as
+a process of its own and returns the result through ``collect``.
+"""
+
+import collections.abc
+import itertools
+import logging
+import os
+import threading
+import time
+
+import cloudpickle
+
+from horovod.common.rendezvous import RendezvousServer, make_secret_key
+from horovod.runner import gloo_run
+from horovod.runner.common.util import env as env_util
+from horovod.runner.common.util import hosts, network
+from horovod.runner.common.util.timeout import TimeoutException
+from horovod.spark.common import util
+
+logger = logging.getLogger(__name__)
+
+# A task not heard from for this long (it heartbeats every second) counts as lost.
+HEARTBEAT_TIMEOUT_S = 30.0
+# After the first failure, how long run() waits for more news before it reports: a lost task is
+# the cause of its peers' collective errors and is reported first.
+FAILURE_GRACE_S = 2.0
+_WAIT_S = 0.1
+
+_run_counter = itertools.count()
+
+
+class SparkDriverService(network.BasicService):
+    """Registers the Spark tasks of one :func:`run`, hands out their plans, relays their output
+    and collects their failures."""
+
+    def __init__(self, num_proc, key, nics, stdout, stderr, prefix_output_with_timestamp):
+        super().__init__(util.DRIVER_SERVICE_NAME, key, nics)
+        self.num_proc = num_proc
+        self._lock = threading.Condition()
+        self._registered = {}  # index -> RegisterTask
+        self._last_seen = {}
+        self._plans = None  # index -> TaskPlan
+        self._rank_of_index = {}
+        self._done = set()
+        self.failures = []  # (kind, index, rank, exit_code, text), in arrival order
+        self.abort_reason = None
+        self._streams = {"stdout": stdout, "stderr": stderr}
+        self._timestamp = prefix_output_with_timestamp
+
+    def _handle(self, req, client_address):
+        if isinstance(req, util.RegisterTask):
+            return self._register(req)
+        if isinstance(req, util.PollTask):
+            with self._lock:
+                self._last_seen[req.index] = time.monotonic()
+                if self.abort_reason is not None:
+                    return util.Abort(self.abort_reason)
+                return util.Plan(self._plans[req.index] if self._plans is not None else None)
+        if isinstance(req, util.Output):
+            self._write(req)
+            return network.AckResponse()
+        if isinstance(req, util.RankDone):
+            with self._lock:
+                self._done.add(req.rank)
+                if req.exit_code != 0:
+                    self.failures.append(("rank", req.index, req.rank, req.exit_code, req.error))
+                    if self.abort_reason is None:
+                        self.abort_reason = "rank %d failed" % req.rank
+                self._lock.notify_all()
+            return network.AckResponse()
+        return super()._handle(req, client_address)
+
+    def _register(self, req):
+        with self._lock:
+            self._last_seen[req.index] = time.monotonic()
+            if any(f[1] == req.index for f in self.failures):
+                return util.Abort("Spark task %d has failed already" % req.index)
+            if req.attempt > 0 or (req.index in self._registered and self._plans is not None):
+                rank = self._rank_of_index.get(req.index)
+                self.failures.append(("lost", req.index, rank, None,
+                                      "Spark task %d%s failed and Spark started it again (attempt %d); its "
+                                      "executor was lost or its Python worker died. horovod.spark.run does not "
+                                      "use Spark task retries." % (req.index, "" if rank is None else
+                                                                   " (rank %d)" % rank, req.attempt)))
+                self._lock.notify_all()
+                return util.Abort("Spark task %d was retried" % req.index)
+            if self.abort_reason is not None:
+                return util.Abort(self.abort_reason)
+            self._registered[req.index] = req
+            self._lock.notify_all()
+            return util.Plan(None)
+
+    def _write(self, req):
+        stream = self._streams.get(req.stream)
+        if stream is None:
+            return
+        prefix = "[%d]<%s>:" % (req.rank, req.stream)
+        lines = req.text.splitlines(keepends=True)
+        out = []
+        for line in lines:
+            stamp = time.asctime(time.localtime(time.time())) if self._timestamp else ""
+            out.append(stamp + prefix + line)
+        with self._lock:
+            stream.write("".join(out))
+            stream.flush()
+
+    # Driver-side API.
+
+    def registered_count(self):
+        with self._lock:
+            return len(self._registered)
+
+    def wait(self, predicate, timeout):
+        with self._lock:
+            return self._lock.wait_for(predicate, timeout)
+
+    def registrations(self):
+        with self._lock:
+            return dict(self._registered)
+
+    def set_plans(self, plans, rank_of_index):
+        with self._lock:
+            self._rank_of_index = dict(rank_of_index)
+            self._plans = plans
+            now = time.monotonic()
+            for index in plans:
+                self._last_seen[index] = now
+
+    def all_done(self):
+        with self._lock:
+            return len(self._done) == self.num_proc
+
+    def silent_tasks(self, timeout):
+        now = time.monotonic()
+        with self._lock:
+            return [i for i, t in self._last_seen.items()
+                    if now - t > timeout and self._rank_of_index.get(i) not in self._done]
+
+    def rank_of_index(self, index):
+        return self._rank_of_index.get(index)
+
+    def abort(self, reason):
+        with self._lock:
+            if self.abort_reason is None:
+                self.abort_reason = reason
+            self._lock.notify_all()
+
+
+def _host_plan(registrations):
+    """Hosts (host hashes sorted, rotated so that task 0's host comes first), each with its task
+    indices in increasing order; local rank k of a host is its k-th smallest task index."""
+    by_host = {}
+    for index in sorted(registrations):
+        by_host.setdefault(registrations[index].host_hash, []).append(index)
+    names = sorted(by_host)
+    first = names.index(registrations[0].host_hash) if 0 in registrations else 0
+    names = names[first:] + names[:first]
+    return [(name, by_host[name]) for name in names]
+
+
+def _common(registrations, attribute):
+    """The interface names every task lists in ``attribute``, loopback last."""
+    common = None
+    for req in registrations.values():
+        names = set(getattr(req, attribute))
+        common = names if common is None else common & names
+    return sorted(common or (), key=lambda n: (n == "lo", n))
+
+
+def _interfaces(registrations, nics):
+    """``(driver interfaces every task reached, task interfaces for Gloo)``, each ordered with
+    loopback last and restricted to ``nics`` when given.
+
+    Gloo always gets an interface: without one it binds to the address of ``HOROVOD_HOSTNAME``,
+    which is a host hash here."""
+    reached = _common(registrations, "driver_interfaces")
+    tasks = _common(registrations, "task_interfaces")
+    if nics:
+        reached = [n for n in reached if n in nics]
+        tasks = [n for n in tasks if n in nics]
+    gloo = [n for n in tasks if n in reached] or tasks
+    return reached, gloo
+
+
+def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_args=None, env=None,  # noqa: B006
+        stdout=None, stderr=None, verbose=1, nics=None, prefix_output_with_timestamp=False, executable=None,
+        use_mpi=None, use_gloo=None):
+    """Run ``fn(*args, **kwargs)`` as ``num_proc`` Horovod ranks on the executors of the active
+    Spark context (Gloo controller); return the results, one per rank, in rank order.
+
+    Args:
+        fn, args, kwargs: the function (shipped with cloudpickle, closures work) and its arguments.
+        num_proc: ranks, one Spark task each; default ``sc.defaultParallelism``.
+        start_timeout: seconds for all tasks to start and register; default
+            ``HOROVOD_SPARK_START_TIMEOUT`` or 600.
+        extra_mpi_args: for the MPI controller, which this version does not have (ignored).
+        env: variables added to the ranks' environment, a mapping (None means none; the
+            executor's own environment is inherited either way). Filtered as ``horovodrun``
+            filters the driver's: no ``CUDA_VISIBLE_DEVICES``, ``OLDPWD``, ``BASH_FUNC_*`` or secret.
+        stdout, stderr: streams that receive the ranks' output, each line prefixed
+            ``[<rank>]<stdout>:``; None leaves it in the executor logs.
+        verbose: 0, 1 (log the number of ranks) or 2 (also the placement).
+        nics: network interface names for the driver service and Gloo; default all.
+        prefix_output_with_timestamp: put the local time before each prefix.
+        executable: Python on the executors that runs the ranks; default the executor's own.
+        use_mpi, use_gloo: the controller; only Gloo is implemented (``use_mpi=True`` raises
+            ``NotImplementedError``).
+
+    Raises:
+        Exception: no active SparkContext, or the Spark job failed.
+        TimeoutException: not all tasks started within ``start_timeout`` (the job group is cancelled).
+        RuntimeError: a rank failed (named, with its traceback) or its Spark task was lost.
+    """
+    from pyspark import SparkContext
+    from pyspark.util import InheritableThread
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        raise Exception("Could not find an active SparkContext, are you running in a PySpark session?")
+    if use_mpi:
+        raise NotImplementedError("horovod.spark.run with MPI (use_mpi=True) is not implemented yet in this "
+                                  "version; leave use_mpi unset to run with the Gloo controller")
+    if use_gloo is False and use_mpi is False:
+        raise ValueError("use_gloo=False and use_mpi=False leave no controller to run with")
+    if env is None:
+        env = {}
+    if not isinstance(env, collections.abc.Mapping):
+        raise ValueError("env must be a mapping of the variables to add to the ranks' environment, got %s"
+                         % type(env).__name__)
+    # As horovodrun forwards the driver's variables: never the secret, CUDA_VISIBLE_DEVICES,
+    # OLDPWD or shell functions.
+    env = {str(k): str(v) for k, v in env.items() if env_util.is_exportable(str(k))}
+    if num_proc is None:
+        num_proc = sc.defaultParallelism
+    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
+        raise ValueError("num_proc must be a positive integer, got %r" % (num_proc,))
+    if start_timeout is None:
+        start_timeout = int(os.getenv("HOROVOD_SPARK_START_TIMEOUT", "600"))
+    nics = set(nics) if nics else None
+    if verbose >= 1:
+        logger.info("Running %d processes (inferred from spark.default.parallelism)...", num_proc)
+
+    key = make_secret_key()
+    payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs)))
+    service = SparkDriverService(num_proc, key, nics, stdout, stderr, prefix_output_with_timestamp)
+    group = "horovod.spark.run.%d" % next(_run_counter)
+    settings = {"verbose": verbose, "executable": executable, "nics": nics}
+    driver_addresses = service.addresses()
+    spark_outcome = {}
+
+    def mapper(index, _iterator):
+        from horovod.spark.task import task_exec
+
+        return task_exec(index, driver_addresses, key, settings)
+
+    def run_spark():
+        try:
+            sc.setJobGroup(group, "Horovod Spark Run", interruptOnCancel=True)
+            rdd = sc.parallelize(range(num_proc), num_proc)
+            spark_outcome["results"] = rdd.mapPartitionsWithIndex(mapper).collect()
+        except BaseException as e:
+            spark_outcome["error"] = e
+
+    spark_thread = InheritableThread(target=run_spark, name="horovod.spark job", daemon=True)
+    rendezvous = None
+    finished = False
+    try:
+        spark_thread.start()
+        deadline = time.monotonic() + start_timeout
+        while service.registered_count() < num_proc:
+            _check(service, spark_thread, spark_outcome)
+            if time.monotonic() >= deadline:
+                raise TimeoutException(
+                    "Timed out waiting for Spark tasks to start. Only %d of %d Spark tasks started and "
+                    "registered within start_timeout=%s seconds; the Spark job group %s was cancelled. Please "
+                    "check that the Spark cluster has %d free task slots (executor cores / spark.task.cpus), "
+                    "or increase start_timeout (or HOROVOD_SPARK_START_TIMEOUT)."
+                    % (service.registered_count(), num_proc, start_timeout, group, num_proc))
+            service.wait(lambda: service.registered_count() >= num_proc or service.failures, _WAIT_S)
+
+        registrations = service.registrations()
+        host_plan = _host_plan(registrations)
+        slots = hosts.get_host_assignments(
+            hosts.parse_hosts(",".join("%s:%d" % (name, len(indices)) for name, indices in host_plan)), num_proc,
+            num_proc)
+        by_place = {(slot.hostname, slot.local_rank): slot for slot in slots}
+        reached, gloo_interfaces = _interfaces(registrations, nics)
+        if not reached or not gloo_interfaces:
+            raise Exception("the Spark tasks share no network interface%s. Interfaces of the driver each task "
+                            "reached: %s; the tasks' own interfaces: %s"
+                            % (" among nics=%s" % sorted(nics) if nics else "",
+                               {i: r.driver_interfaces for i, r in sorted(registrations.items())},
+                               {i: r.task_interfaces for i, r in sorted(registrations.items())}))
+        server_ip = driver_addresses[reached[0]][0][0]
+        secret = make_secret_key()
+        rendezvous = RendezvousServer(verbose=max(0, verbose - 1), secret=secret)
+        port = rendezvous.start()
+        rendezvous.init(slots)
+        run_vars = gloo_run.create_run_env_vars(server_ip, gloo_interfaces, port)
+        plans, rank_of_index = {}, {}
+        for name, indices in host_plan:
+            for local_rank, index in enumerate(indices):
+                slot = by_place[(name, local_rank)]
+                rank_env = dict(env)
+                rank_env.update(gloo_run.create_slot_env_vars(slot))
+                rank_env["PYTHONUNBUFFERED"] = "1"
+                rank_env.update(run_vars)
+                plans[index] = util.TaskPlan(slot.rank, rank_env, util.seal(key, secret), payload,
+                                             stdout is not None, stderr is not None)
+                rank_of_index[index] = slot.rank
+        if verbose >= 2:
+            for name, indices in host_plan:
+                logger.info("horovod.spark: host %s: tasks %s -> ranks %s", name, indices,
+                            [rank_of_index[i] for i in indices])
+        service.set_plans(plans, rank_of_index)
+
+        while not (service.all_done() and not spark_thread.is_alive()):
+            _check(service, spark_thread, spark_outcome)
+            silent = service.silent_tasks(HEARTBEAT_TIMEOUT_S)
+            if silent:
+                raise RuntimeError("horovod.spark: the Spark task(s) of rank(s) %s stopped responding for %d s "
+                                   "(their executor was lost?); the job was stopped"
+                                   % ([service.rank_of_index(i) for i in silent], HEARTBEAT_TIMEOUT_S))
+            service.wait(lambda: bool(service.failures), _WAIT_S)
+        _check(service, spark_thread, spark_outcome)
+        results = sorted(spark_outcome["results"], key=lambda pair: pair[0])
+        if [rank for rank, _ in results] != list(range(num_proc)):
+            raise Exception("horovod.spark: the Spark job returned the results of ranks %s, expected 0..%d"
+                            % ([rank for rank, _ in results], num_proc - 1))
+        finished = True
+        return [cloudpickle.loads(body) for _, body in results]
+    finally:
+        if not finished:
+            service.abort("the driver stopped the job (horovod.spark.run raised)")
+            sc.cancelJobGroup(group)
+        spark_thread.join(timeout=60)
+        if rendezvous is not None:
+            rendezvous.stop()
+        service.shutdown()
+
+
+def _check(service, spark_thread, spark_outcome):
+    """Raise the job's failure, if there is one (a failed rank, a lost task, a failed Spark job)."""
+    if service.failures:
+        time.sleep(FAILURE_GRACE_S)
+        failures = list(service.failures)
+        lost = [f for f in failures if f[0] == "lost"]
+        kind, index, rank, code, text = (lost or failures)[0]
+        others = sorted({f[2] for f in failures if f[2] is not None and f[2] != rank})
+        also = "\nRank(s) %s failed too." % ", ".join(map(str, others)) if others else ""
+        if kind == "lost":
+            raise RuntimeError("horovod.spark: a Spark task of the job was lost, so the job was stopped: %s%s"
+                               % (text, also))
+        raise RuntimeError(gloo_run.JOB_FAILED_MESSAGE.format(rank=rank, code=code, host="Spark task %d" % index)
+                           + "Traceback of rank %d:\n%s%s" % (rank, text, also))
+    if not spark_thread.is_alive() and "error" in spark_outcome:
+        error = spark_outcome["error"]
+        raise Exception("horovod.spark: the Spark job of the Horovod ranks failed: %s: %s"
+                        % (type(error).__name__, error)) from error
+    if not spark_thread.is_alive() and "results" not in spark_outcome:
+        raise Exception("horovod.spark: the Spark job ended without results")

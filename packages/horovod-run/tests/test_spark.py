@@ -1,0 +1,461 @@
+"""horovod.spark.run on a real Spark standalone cluster (pyspark 4, Java 17): a master and two
+workers started here with the pyspark wheel's ``spark-class``, every file under the checkout's
+build/spark-test, every address on 127.0.0.1, each process stopped by PID at the end (and checked).
+
+Each worker runs in a UTS namespace of its own (``unshare --uts``; the host hash covers the
+namespaces), so its executor counts as a host of its own: the two executors are two Horovod hosts
+on one machine. (``CONTAINER_ID``, the other way to tell hosts apart, makes Spark take itself for a
+YARN container.) Where ``unshare`` is not permitted, both are one host and the tests say so.
+Run by ``nox -s tests-spark``.
+"""
+
+import io
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import types
+
+import cloudpickle
+import numpy as np
+import psutil
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from pyspark import SparkConf, SparkContext  # noqa: E402
+
+import horovod.spark  # noqa: E402
+from horovod.runner.common.util.timeout import TimeoutException  # noqa: E402
+
+# The ranks' functions travel by value: the executors cannot import this test module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+BASE = ROOT / "build" / "spark-test"
+WORKERS = 2
+CORES_PER_WORKER = 2  # task slots per executor: 4 in all
+# unshare(1) execs its command, so the PID is the daemon's.
+UNSHARE = shutil.which("unshare") is not None and subprocess.run(
+    ["unshare", "--uts", "true"], capture_output=True).returncode == 0
+JAVA_OPTS = "-Djava.io.tmpdir={tmp} -XX:-UsePerfData -Xss4m"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port, proc, timeout_s=60):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("the Spark master exited with %s" % proc.returncode)
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise TimeoutError("the Spark master did not listen on port %d" % port)
+
+
+def _descendants(pids):
+    found = {}
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            found[pid] = proc
+            for child in proc.children(recursive=True):
+                found[child.pid] = child
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def _alive(procs):
+    alive = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+class Cluster:
+    def __init__(self):
+        if BASE.exists():
+            shutil.rmtree(BASE)
+        self.tmp = BASE / "tmp"
+        for sub in ("tmp", "logs", "local", "work"):
+            (BASE / sub).mkdir(parents=True)
+        spark_home = pathlib.Path(pyspark.__file__).parent
+        self.spark_class = str(spark_home / "bin" / "spark-class")
+        self.env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOCAL_IP="127.0.0.1",
+                        SPARK_LOCAL_DIRS=str(BASE / "local"), SPARK_LOG_DIR=str(BASE / "logs"),
+                        SPARK_WORKER_DIR=str(BASE / "work"), SPARK_DAEMON_MEMORY="256m",
+                        SPARK_DAEMON_JAVA_OPTS=JAVA_OPTS.format(tmp=self.tmp), TMPDIR=str(self.tmp),
+                        PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+                        JAVA_TOOL_OPTIONS="-XX:-UsePerfData")
+        self.port = _free_port()
+        self.procs = []
+        self.logs = []
+
+    def _start(self, name, args, own_host=False):
+        log = open(BASE / "logs" / (name + ".out"), "wb")
+        self.logs.append(log)
+        prefix = ["unshare", "--uts"] if own_host and UNSHARE else []
+        proc = subprocess.Popen([*prefix, self.spark_class, *args], env=self.env,
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.procs.append(proc)
+        return proc
+
+    def start(self):
+        master = self._start("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                        "--port", str(self.port), "--webui-port", str(_free_port())])
+        _wait_port(self.port, master)
+        for i in range(WORKERS):
+            work = BASE / "work" / ("worker-%d" % i)
+            work.mkdir()
+            self._start("worker-%d" % i, ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                                          "--cores", str(CORES_PER_WORKER), "--memory", "768m",
+                                          "--webui-port", str(_free_port()), "--work-dir", str(work),
+                                          "spark://127.0.0.1:%d" % self.port],
+                        own_host=True)
+
+    def executors(self):
+        """The executor JVMs (children of the worker JVMs)."""
+        found = []
+        for proc in self.procs[1:]:
+            for child in psutil.Process(proc.pid).children():
+                try:
+                    if "CoarseGrainedExecutorBackend" in " ".join(child.cmdline()):
+                        found.append(child)
+                except psutil.NoSuchProcess:  # an executor that ended (a zombie)
+                    pass
+        return found
+
+    def stop(self, also=()):
+        """SIGTERM every daemon (a worker stops its executors), then SIGKILL what is left;
+        return the processes still alive (none expected)."""
+        procs = _descendants([p.pid for p in self.procs] + list(also))
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        _, left = psutil.wait_procs(_alive(procs.values()), timeout=10)
+        for proc in left:
+            proc.kill()
+        for log in self.logs:
+            log.close()
+        return left
+
+
+@pytest.fixture(scope="module")
+def sc():
+    cluster = Cluster()
+    cluster.start()
+    os.environ["TMPDIR"] = str(cluster.tmp)  # pyspark's gateway files
+    os.environ["JAVA_TOOL_OPTIONS"] = "-XX:-UsePerfData"  # no /tmp/hsperfdata_<user>
+    java_opts = JAVA_OPTS.format(tmp=cluster.tmp)
+    conf = (SparkConf().setMaster("spark://127.0.0.1:%d" % cluster.port).setAppName("horovod-spark-test")
+            .set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
+            .set("spark.driver.memory", "512m").set("spark.executor.memory", "512m")
+            .set("spark.executor.cores", str(CORES_PER_WORKER)).set("spark.cores.max", str(WORKERS * CORES_PER_WORKER))
+            .set("spark.local.dir", str(BASE / "local")).set("spark.ui.enabled", "false")
+            .set("spark.ui.showConsoleProgress", "false")
+            .set("spark.driver.extraJavaOptions", java_opts).set("spark.executor.extraJavaOptions", java_opts)
+            .set("spark.executorEnv.TMPDIR", str(cluster.tmp))
+            .set("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    context = None
+    gateway_pid = None
+    try:
+        context = SparkContext(conf=conf)
+        gateway_pid = SparkContext._gateway.proc.pid
+        deadline = time.monotonic() + 90
+        while context._jsc.sc().getExecutorMemoryStatus().size() < WORKERS + 1:
+            assert time.monotonic() < deadline, "the executors did not register"
+            time.sleep(0.5)
+        context.cluster = cluster
+        yield context
+    finally:
+        also = [gateway_pid] if gateway_pid else []
+        procs = _descendants([p.pid for p in cluster.procs] + also)
+        if context is not None:
+            context.stop()
+            SparkContext._gateway.shutdown()
+            SparkContext._gateway.proc.stdin.close()
+            SparkContext._gateway.proc.wait(timeout=30)
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+        left = cluster.stop(also)
+        os.environ.pop("TMPDIR", None)
+        os.environ.pop("JAVA_TOOL_OPTIONS", None)
+        still = _alive(procs.values())
+        assert not left and not still, "processes left running: %s" % [p.pid for p in left + still]
+
+
+# ---------------------------------------------------------------------------------------------
+# Functions the ranks run.
+
+def _job_facts():
+    from horovod.common import ops
+    from horovod.common.basics import HorovodBasics
+    hvd = HorovodBasics()
+    hvd.init()
+    x = np.arange(6, dtype=np.float64) * (hvd.rank() + 1) + hvd.rank()
+    ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["spark.test.sum"], HorovodBasics.Sum))
+    facts = {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
+             "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(), "sum": x.tolist(),
+             "host": os.environ["HOROVOD_HOSTNAME"], "pid": os.getpid(), "ppid": os.getppid(),
+             "env": dict(os.environ)}
+    hvd.shutdown()
+    return facts
+
+
+def _check_topology(results, size):
+    """Ranks fill hosts in order, local ranks count up within a host, cross ranks index the
+    hosts holding that local rank (runner.md §4.2), and the sum is numpy's."""
+    assert [r["rank"] for r in results] == list(range(size))
+    hosts = []
+    for r in results:
+        if r["host"] not in hosts:
+            hosts.append(r["host"])
+    by_host = {h: [r for r in results if r["host"] == h] for h in hosts}
+    for members in by_host.values():
+        ranks = [r["rank"] for r in members]
+        assert ranks == list(range(ranks[0], ranks[0] + len(ranks))), "a host's ranks are consecutive"
+        for local_rank, r in enumerate(members):
+            assert r["local_rank"] == local_rank
+            assert r["local_size"] == len(members)
+    for r in results:
+        holders = [h for h in hosts if len(by_host[h]) > r["local_rank"]]
+        assert r["cross_rank"] == holders.index(r["host"])
+        assert r["cross_size"] == len(holders)
+        assert r["size"] == size
+        env = r["env"]
+        assert env["HOROVOD_CONTROLLER"] == "gloo" and env["PYTHONUNBUFFERED"] == "1"
+        assert env["HOROVOD_RANK"] == str(r["rank"]) and env["HOROVOD_LOCAL_RANK"] == str(r["local_rank"])
+        assert len(bytes.fromhex(env["_HOROVOD_SECRET_KEY"])) == 32
+    expected = sum(np.arange(6, dtype=np.float64) * (k + 1) + k for k in range(size))
+    for r in results:
+        np.testing.assert_allclose(r["sum"], expected)
+    assert len({r["pid"] for r in results}) == size
+    assert len({r["env"]["_HOROVOD_SECRET_KEY"] for r in results}) == 1
+    return by_host
+
+
+# ---------------------------------------------------------------------------------------------
+# Without a cluster.
+
+def test_import_without_pyspark_names_the_extra():
+    code = ("import sys\nsys.modules['pyspark'] = None\n"
+            "try:\n    import horovod.spark\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert 'pip install "horovod-run[spark]"' in out
+
+
+def test_no_active_context(monkeypatch):
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    with pytest.raises(Exception, match="Could not find an active SparkContext"):
+        horovod.spark.run(_job_facts, num_proc=1)
+
+
+def test_bad_arguments(monkeypatch):
+    monkeypatch.setattr(SparkContext, "_active_spark_context", object())
+    with pytest.raises(NotImplementedError, match="MPI"):
+        horovod.spark.run(_job_facts, num_proc=1, use_mpi=True)
+    with pytest.raises(ValueError, match="env must be a mapping"):
+        horovod.spark.run(_job_facts, num_proc=1, env=[("A", "1")])
+    with pytest.raises(ValueError, match="num_proc must be a positive integer"):
+        horovod.spark.run(_job_facts, num_proc=0)
+
+
+def test_host_plan_orders_hosts_and_local_ranks():
+    from horovod.spark.common.util import RegisterTask
+    from horovod.spark.runner import _host_plan
+
+    def reg(index, host):
+        return RegisterTask(index, 0, host, ["lo"], ["lo"], [])
+
+    # Hashes sorted (a < b < c), rotated so that task 0's host (b) comes first; a host's tasks in
+    # increasing index order.
+    registrations = {i: reg(i, h) for i, h in enumerate(["b", "c", "a", "b", "a", "c"])}
+    assert _host_plan(registrations) == [("b", [0, 3]), ("c", [1, 5]), ("a", [2, 4])]
+
+
+def test_sealed_secret():
+    from horovod.spark.common.util import seal, unseal
+
+    key, other, secret = os.urandom(32), os.urandom(32), os.urandom(32)
+    sealed = seal(key, secret)
+    assert secret not in sealed and len(sealed) == 16 + len(secret)
+    assert seal(key, secret) != sealed  # a fresh nonce each time
+    assert unseal(key, sealed) == secret
+    assert unseal(other, sealed) != secret
+
+
+# ---------------------------------------------------------------------------------------------
+# On the cluster.
+
+@pytest.mark.parametrize("num_proc", [1, 2, 4])
+def test_run_topology_allreduce_rank_order(sc, num_proc):
+    results = horovod.spark.run(_job_facts, num_proc=num_proc, start_timeout=60, verbose=0)
+    by_host = _check_topology(results, num_proc)
+    if num_proc == 4 and UNSHARE:
+        # Four tasks fill both executors' two slots: two hosts of two ranks.
+        assert sorted(len(m) for m in by_host.values()) == [2, 2]
+    # The rendezvous secret is in no Spark job property and on no command line.
+    secret = results[0]["env"]["_HOROVOD_SECRET_KEY"]
+    for proc in _descendants([p.pid for p in sc.cluster.procs]).values():
+        try:
+            assert secret not in " ".join(proc.cmdline())
+        except psutil.NoSuchProcess:
+            pass
+    assert secret not in str(sc.getConf().getAll())
+    # Nor in any log of the master, the workers and the executors.
+    for path in BASE.rglob("*"):
+        if path.is_file() and path.stat().st_size < 50 * 1024 * 1024:
+            assert secret.encode() not in path.read_bytes(), path
+
+
+def test_default_num_proc_env_and_output(sc):
+    def fn(tag):
+        import horovod.common.basics
+        hvd = horovod.common.basics.HorovodBasics()
+        hvd.init()
+        print("hello from %d" % hvd.rank())
+        print("to stderr %d" % hvd.rank(), file=sys.stderr)
+        return tag, os.environ.get("MY_VAR"), os.environ.get("CUDA_VISIBLE_DEVICES"), hvd.rank()
+
+    out, err = io.StringIO(), io.StringIO()
+    # Any mapping (os.environ is not a dict); the export filter of horovodrun applies.
+    env = types.MappingProxyType({"MY_VAR": "v", "CUDA_VISIBLE_DEVICES": "7"})
+    results = horovod.spark.run(fn, args=("t",), env=env, stdout=out, stderr=err, verbose=0, start_timeout=60)
+    n = sc.defaultParallelism
+    assert n == WORKERS * CORES_PER_WORKER
+    assert results == [("t", "v", None, k) for k in range(n)]
+    for k in range(n):
+        assert "[%d]<stdout>:hello from %d\n" % (k, k) in out.getvalue()
+        assert "[%d]<stderr>:to stderr %d\n" % (k, k) in err.getvalue()
+
+
+def test_allgather_pairs_in_rank_order(sc):
+    def fn():
+        from horovod.common import ops
+        from horovod.common.basics import HorovodBasics
+        hvd = HorovodBasics()
+        hvd.init()
+        x = np.array([hvd.rank()], dtype=np.int64)
+        (out,) = ops.wait(ops.allgather_async(ops.new_handle(), [x], ["spark.test.gather"]))
+        print("gathered", os.environ["HOROVOD_GLOO_IFACE"], os.environ["NCCL_SOCKET_IFNAME"])
+        return [int(v) for v in np.asarray(out)], hvd.rank()
+
+    out = io.StringIO()
+    # nics: the driver service and Gloo use loopback only (every process is on this machine).
+    assert horovod.spark.run(fn, num_proc=2, verbose=0, nics=["lo"], stdout=out,
+                             prefix_output_with_timestamp=True) == [([0, 1], 0), ([0, 1], 1)]
+    ranks = []
+    for line in out.getvalue().splitlines():
+        # time.asctime(), then the rank prefix.
+        match = re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[(\d)\]<stdout>:gathered lo lo", line)
+        assert match, line
+        ranks.append(int(match.group(1)))
+    assert sorted(ranks) == [0, 1]
+
+
+def _raise_on_rank_1():
+    from horovod.common.basics import HorovodBasics
+    hvd = HorovodBasics()
+    hvd.init()
+    if hvd.rank() == 1:
+        raise ValueError("rank one says no")
+    time.sleep(60)
+    return hvd.rank()
+
+
+def test_rank_exception_names_rank_with_traceback(sc):
+    start = time.monotonic()
+    with pytest.raises(RuntimeError) as info:
+        horovod.spark.run(_raise_on_rank_1, num_proc=4, verbose=0, start_timeout=60)
+    message = str(info.value)
+    assert "Process name: 1\n" in message
+    assert "Traceback" in message and "ValueError: rank one says no" in message and "_raise_on_rank_1" in message
+    assert time.monotonic() - start < 40
+
+
+def test_start_timeout_names_started_tasks_and_cancels(sc):
+    start = time.monotonic()
+    with pytest.raises(TimeoutException, match=r"Timed out waiting for Spark tasks to start\. Only 4 of 5 "):
+        horovod.spark.run(_job_facts, num_proc=5, start_timeout=8, verbose=0)
+    assert time.monotonic() - start < 30
+    deadline = time.monotonic() + 30
+    while sc.statusTracker().getActiveJobsIds():
+        assert time.monotonic() < deadline, "the job group was not cancelled"
+        time.sleep(0.5)
+    # The slots are free again.
+    _check_topology(horovod.spark.run(_job_facts, num_proc=4, verbose=0, start_timeout=60), 4)
+
+
+def _allreduce_until_killed(marker_dir):
+    from horovod.common import ops
+    from horovod.common.basics import HorovodBasics
+    hvd = HorovodBasics()
+    hvd.init()
+    pathlib.Path(marker_dir, "rank-%d" % hvd.rank()).write_text(str(os.getpid()))
+    deadline = time.monotonic() + 120
+    i = 0
+    while time.monotonic() < deadline:
+        x = np.ones(1000)
+        ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["forever.%d" % (i % 8)], HorovodBasics.Sum))
+        time.sleep(0.01)
+        i += 1
+    return i
+
+
+def test_killed_executor_ends_run(sc):
+    marker_dir = BASE / "markers"
+    marker_dir.mkdir(exist_ok=True)
+    executors = sc.cluster.executors()
+    assert len(executors) == WORKERS
+    victim = executors[0]
+
+    outcome = {}
+
+    def go():
+        try:
+            outcome["results"] = horovod.spark.run(_allreduce_until_killed, args=(str(marker_dir),), num_proc=4,
+                                                   verbose=0, start_timeout=60)
+        except BaseException as e:
+            outcome["error"] = e
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while len(list(marker_dir.iterdir())) < 4:
+        assert time.monotonic() < deadline and thread.is_alive(), outcome
+        time.sleep(0.2)
+    rank_pids = [int(p.read_text()) for p in marker_dir.iterdir()]
+    killed_at = time.monotonic()
+    victim.send_signal(signal.SIGKILL)
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "run() hung after an executor was killed"
+    assert time.monotonic() - killed_at < 45
+    assert isinstance(outcome.get("error"), RuntimeError), outcome
+    print("run() raised:", outcome["error"])
+    # Every rank process is gone, the killed executor's ones included.
+    _, left = psutil.wait_procs([psutil.Process(p) for p in rank_pids if psutil.pid_exists(p)], timeout=15)
+    assert not left, "rank processes left: %s" % left
