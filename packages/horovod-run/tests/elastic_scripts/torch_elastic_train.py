@@ -44,7 +44,8 @@ state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler
 
 
 def log(kind, **fields):
-    fields.update(rank=hvd.rank(), size=hvd.size(), pid=os.getpid(), host=socket.gethostname())
+    fields.update(rank=hvd.rank(), size=hvd.size(), pid=os.getpid(), host=socket.gethostname(),
+                  time=time.time())
     print(kind + " " + json.dumps(fields), flush=True)
 
 
