@@ -2,8 +2,10 @@
 
 `nox -t tests` runs every test session: `tests` (one per package that needs only PyTorch or
 nothing), `tests-tf`, `tests-keras`, `tests-mxnet`, `tests-ray` and `tests-spark`, each in its own
-virtualenv, `build-gpu` (the core with CUDA and NCCL, compiled, linked and checked; its GPU tests
-skip without a GPU), and `bare-install` (the wheels on a Debian root with nothing but Python: ci/bare_install.py).
+virtualenv, `tests-tf-oldest` and `tests-keras-oldest` (part of those tests on the oldest TensorFlow
+and Keras claimed), `build-gpu` (the core with CUDA and NCCL, compiled, linked and checked; its GPU
+tests skip without a GPU), and `bare-install` (the wheels on a Debian root with nothing but Python:
+ci/bare_install.py).
 
 Wheels are built into dist/ once per change of a package's sources: next to each wheel lies
 `<package>.sha256`, a hash of the files the wheel is built from, and every session that needs a
@@ -36,6 +38,11 @@ TF = "tensorflow-cpu==2.21.*"
 KERAS = "keras==3.15.*"
 # MXNet 1.9.1 imports only with numpy < 1.24.
 MXNET = ["mxnet==1.9.1", "numpy==1.23.5"]
+# The oldest releases horovod-tf and horovod-keras claim: TensorFlow 2.16 is the first with Keras 3,
+# and Keras 3.0 the first Keras 3 (TensorFlow 2.16 asks for keras >= 3.0). PyTorch's oldest claimed
+# release (2.0) is on PyPI only as a CUDA build, so TORCH is the only PyTorch tested.
+TF_OLDEST = "tensorflow-cpu==2.16.*"
+KERAS_OLDEST = "keras==3.0.*"
 
 # Published packages, in dependency order.
 PACKAGES = ["horovod-core", "horovod-torch", "horovod-tf", "horovod-keras", "horovod-mxnet", "horovod-run"]
@@ -53,13 +60,25 @@ TESTS = {
 }
 
 # The framework packages whose tests need a framework virtualenv of their own: session -> package,
-# and what its tests need (the examples run under horovodrun on scikit-learn's digits).
+# what its tests need (the examples run under horovodrun on scikit-learn's digits), and optionally
+# which of its tests to run (pytest's arguments; all of tests/ when absent).
 FRAMEWORK_TESTS = {
     "tests-tf": ("horovod-tf", ["horovod-run", TF, "scikit-learn"]),
     # Keras 3 on both of its backends, TensorFlow and PyTorch.
     "tests-keras": ("horovod-keras", ["horovod-run", "horovod-tf", "horovod-torch", TF, KERAS, TORCH,
                                       "scikit-learn"]),
     "tests-mxnet": ("horovod-mxnet", ["horovod-run", *MXNET, "scikit-learn"]),
+    # The oldest claimed releases, on the part of the tests that stays short (about a minute each;
+    # the elastic tests, and Keras's digits example, run only on the newest releases above).
+    # TensorFlow: every collective eagerly and in tf.function, the tapes, the optimizers, the
+    # digits example.
+    "tests-tf-oldest": ("horovod-tf", ["horovod-run", TF_OLDEST, KERAS_OLDEST, "scikit-learn"],
+                        ("tests/test_ops.py", "tests/test_training.py", "tests/test_example.py")),
+    # Keras: every worker body (collectives, DistributedOptimizer, model.fit, the callbacks,
+    # load_model) on both backends at np = 1, 2, 3.
+    "tests-keras-oldest": ("horovod-keras", ["horovod-run", "horovod-tf", "horovod-torch", TF_OLDEST, KERAS_OLDEST,
+                                             TORCH, "scikit-learn"],
+                           "tests/test_keras.py"),
 }
 
 # Packages whose wheel holds compiled code: built into build/raw-wheels, then `auditwheel repair`
@@ -179,9 +198,10 @@ def build(session: nox.Session) -> None:
 
 
 def run_tests(session: nox.Session, package: str, requirements: list[str], extras: str = "test",
-              tests: str = "tests", temp_name: str = "", ignore: tuple = ()) -> None:
+              tests: str | tuple[str, ...] = "tests", temp_name: str = "", ignore: tuple = ()) -> None:
     """Install `package` with its `extras` (the `test` extra) and `requirements` from dist/, then
-    run its tests (`tests`: the folder, or one file of it; `ignore`: files of it run elsewhere).
+    run its tests (`tests`: the folder, one file of it, or pytest's arguments; `ignore`: files of
+    it run elsewhere).
 
     pytest's exit status 5, "no tests collected", fails the session like any non-zero status.
     pytest's temporary folders go to build/pytest/<temp_name or package> (emptied at each run),
@@ -193,7 +213,7 @@ def run_tests(session: nox.Session, package: str, requirements: list[str], extra
     session.chdir(ROOT / "packages" / package)
     basetemp = ROOT / "build" / "pytest" / (temp_name or package)
     basetemp.parent.mkdir(parents=True, exist_ok=True)
-    session.run("python", "-m", "pytest", tests, f"--basetemp={basetemp}",
+    session.run("python", "-m", "pytest", *([tests] if isinstance(tests, str) else tests), f"--basetemp={basetemp}",
                 *(f"--ignore={path}" for path in ignore), *session.posargs)
 
 
@@ -207,10 +227,10 @@ def tests(session: nox.Session, package: str) -> None:
 
 
 def framework_tests(name: str) -> None:
-    package, requirements = FRAMEWORK_TESTS[name]
+    package, requirements, *tests = FRAMEWORK_TESTS[name]
 
     def session_function(session: nox.Session) -> None:
-        run_tests(session, package, requirements)
+        run_tests(session, package, requirements, tests=tests[0] if tests else "tests", temp_name=name)
 
     session_function.__doc__ = f"Run {package}'s tests in a virtualenv of its own."
     nox.session(name=name, tags=["tests"])(session_function)

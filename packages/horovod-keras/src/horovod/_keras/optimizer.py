@@ -222,6 +222,10 @@ class _LocalAggregation:
             self.counter.assign(0)
 
         def skip():
-            opt._iterations.assign_add(1)
+            # The step variable itself: recent Keras keeps it in ``_iterations`` (``iterations`` is
+            # a property, a tensor under Keras's own gradient accumulation); Keras 3.0 has only
+            # the variable ``iterations``.
+            step = opt._iterations if hasattr(opt, "_iterations") else opt.iterations
+            step.assign_add(1)
 
         keras.ops.cond(self.counter.value >= self.backward_passes_per_step, update, skip)
