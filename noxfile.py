@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import zipfile
 
@@ -213,8 +214,21 @@ def run_tests(session: nox.Session, package: str, requirements: list[str], extra
     session.chdir(ROOT / "packages" / package)
     basetemp = ROOT / "build" / "pytest" / (temp_name or package)
     basetemp.parent.mkdir(parents=True, exist_ok=True)
-    session.run("python", "-m", "pytest", *([tests] if isinstance(tests, str) else tests), f"--basetemp={basetemp}",
-                *(f"--ignore={path}" for path in ignore), *session.posargs)
+    env = {}
+    if package in ("horovod-tf", "horovod-keras"):
+        # TensorFlow's autograph writes its generated files to the temporary folder: keep them
+        # out of /tmp (only here: Open MPI's session sockets need the short default path).
+        tmpdir = ROOT / "build" / "tmp" / (temp_name or package)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        tmpdir.mkdir(parents=True)
+        env["TMPDIR"] = str(tmpdir)
+    try:
+        session.run("python", "-m", "pytest", *([tests] if isinstance(tests, str) else tests),
+                    f"--basetemp={basetemp}", *(f"--ignore={path}" for path in ignore),
+                    *session.posargs, env=env)
+    finally:
+        if env:
+            shutil.rmtree(env["TMPDIR"], ignore_errors=True)
 
 
 @nox.session(tags=["tests"])
