@@ -4,6 +4,7 @@ Formulas (benchmarks/README.md explains them): algbw = bytes / time; for allredu
 busbw = algbw * 2 (n - 1) / n, as each rank sends 2 (n - 1) / n bytes per byte of tensor in a ring.
 """
 
+import contextlib
 import datetime
 import importlib.metadata
 import json
@@ -100,11 +101,17 @@ def write_json(path: str, results: dict) -> None:
 
 
 def write_markdown(path: str, results: dict) -> None:
+    out = [f"# Allreduce, np={results['machine']['np']}", ""] + markdown(results)
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def markdown(results: dict) -> list[str]:
+    """The lines of write_markdown's file after its title: the machine, the sweep and the
+    many-small step as tables."""
     m = results["machine"]
     libraries = list(dict.fromkeys(r["library"] for r in results["allreduce"]))
     out = [
-        f"# Allreduce, np={m['np']}",
-        "",
         f"{m['cpu']}, {m['cores']} cores; {m['os']}; Python {m['python']}, torch {m['torch']}, "
         f"horovod {m['horovod']}; {m['date']}; load average {m['load_average']}. "
         "Columns: benchmarks/README.md.",
@@ -129,8 +136,7 @@ def write_markdown(path: str, results: dict) -> None:
     for r in results["many_small"]:
         out.append(f"| {r['library']} | {r['tensors']} | {r['bytes_per_tensor']} | "
                    f"{r['median_step_ms']:.2f} | {r['wrong']} |")
-    with open(path, "w") as f:
-        f.write("\n".join(out) + "\n")
+    return out
 
 
 def add_arguments(parser) -> None:
@@ -207,22 +213,31 @@ def many_small_row(lib, job: Job, tensors: int, count: int, warmup: int, steps: 
     }
 
 
+def in_session(lib, measurement, *args):
+    """measurement(lib, *args), inside lib.session() when the library has one: a context manager
+    that sets the library up for one measurement (e.g. initialises Horovod in a configuration that
+    is only read at initialisation) and takes it down again."""
+    session = getattr(lib, "session", None)
+    with session() if session else contextlib.nullcontext():
+        return measurement(lib, *args)
+
+
 def measure(libs: list, job: Job, args) -> tuple[list[dict], list[dict]]:
-    """The size sweep and the many-small step for every library, side by side; rank 0 prints a
-    line per size as it goes. Returns (sweep rows, many-small rows)."""
+    """The size sweep and the many-small step for every library, side by side (each measurement
+    in_session); rank 0 prints a line per size as it goes. Returns (sweep rows, many-small rows)."""
     root = job.rank == 0
     if root:
         print(header([lib.name for lib in libs]), flush=True)
     sweep = []
     size = args.min_bytes
     while size <= args.max_bytes:
-        rows = [sweep_row(lib, job, size // 4, args.warmup, args.iters) for lib in libs]
+        rows = [in_session(lib, sweep_row, job, size // 4, args.warmup, args.iters) for lib in libs]
         sweep.extend(rows)
         if root:
             print(line(rows), flush=True)
         size *= args.step_factor
-    many_small = [many_small_row(lib, job, args.small_tensors, args.small_bytes // 4, 3, args.small_steps)
-                  for lib in libs]
+    many_small = [in_session(lib, many_small_row, job, args.small_tensors, args.small_bytes // 4, 3,
+                             args.small_steps) for lib in libs]
     if root:
         for r in many_small:
             print(many_small_line(r), flush=True)
