@@ -14,8 +14,9 @@ input: the base64 of a JSON object with
 
 The standard input then stays open for the life of the job. Its end of file means the launcher
 (or its ssh client) is gone: the worker's whole process group is then stopped (SIGTERM, then
-SIGKILL after ``GRACE_S`` seconds). The same happens on SIGTERM, SIGHUP or SIGINT. The worker's
-output goes straight to this process's stdout and stderr, which ssh carries back to the launcher.
+SIGKILL after ``safe_shell_exec.GRACEFUL_TERMINATION_TIME_S`` seconds). The same happens on
+SIGTERM, SIGHUP or SIGINT. The worker's output goes straight to this process's stdout and stderr,
+which ssh carries back to the launcher.
 The exit status is the worker's (``128 + s`` when signal ``s`` killed it).
 """
 
@@ -27,9 +28,9 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
-GRACE_S = 5.0
+from horovod.runner.common.util import safe_shell_exec
+
 _POLL_S = 0.05
 STARTED_SCOPE = "horovodrun_started"
 # Variables of the remote login session that describe that session; the launcher's own values
@@ -42,33 +43,6 @@ def encode_request(command, env, cwd, rank, report_start=None):
     request = {"command": command, "env": env, "cwd": cwd, "rank": rank,
                "report_start": list(report_start) if report_start else None}
     return base64.b64encode(json.dumps(request).encode("utf-8")) + b"\n"
-
-
-def _group_alive(pgid):
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def _stop_group(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None and not _group_alive(proc.pid):
-            return
-        time.sleep(_POLL_S)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 def _report_start(request, env):
@@ -136,7 +110,7 @@ def main():
         except subprocess.TimeoutExpired:
             pass
     # Also after a normal exit: whatever the worker left in its group is stopped.
-    _stop_group(proc)
+    safe_shell_exec.terminate_process_group(proc)
     code = proc.returncode
     sys.stdout.flush()
     os._exit(128 - code if code < 0 else code)
