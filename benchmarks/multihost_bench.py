@@ -236,7 +236,8 @@ def write_markdown(path: str, results: dict) -> None:
         use = m["cpu_use"]
         out += [f"The cores' time during the {use['seconds']:.0f} s of measurements: {use['job']:.0%} this job's "
                 f"processes, about {use['others']:.0%} other processes, {use['steal']:.0%} stolen by the "
-                f"hypervisor; load average {m['load_average']} at the start, {m['load_average_end']} at the end.",
+                f"hypervisor; load average (which counts this job's threads too) {m['load_average']} at the start, "
+                f"{m['load_average_end']} at the end.",
                 ""]
         out += report.markdown(run)
         out += ["", "Goals (ratios of bus bandwidth, same run):", "",
