@@ -15,6 +15,7 @@ import threading
 
 from horovod.runner.common.service import driver_service
 from horovod.runner.common.util import codec, orphan_guard, safe_shell_exec
+from horovod.runner.common.util.timeout import TimeoutException
 from horovod.runner.task import task_service
 from horovod.runner.util import network, remote
 
@@ -105,26 +106,25 @@ def _run_probe(driver, settings, num_hosts, tasks=()):
     def failed_task():
         return next((t for t in tasks if t.failed()), None)
 
-    def stop():
-        return failed_task() is not None
-
     def check_tasks():
         task = failed_task()
         if task is not None:
             raise RuntimeError("the network interface probe failed on " + task.describe_failure())
 
-    def waiting_hosts(done):
-        return ", ".join(t.host for t in tasks if t.index not in done) or "none"
+    def wait(step, done, what):
+        """Run the driver's wait ``step``; a task that failed meanwhile is reported first, and
+        a timeout names the hosts whose task is not in ``done()``."""
+        try:
+            step(settings.start_timeout, stop=lambda: failed_task() is not None)
+        except TimeoutException as e:
+            check_tasks()
+            waiting = ", ".join(t.host for t in tasks if t.index not in done()) or "none"
+            raise TimeoutException("%s (hosts that did not %s: %s)" % (e, what, waiting)) from None
+        check_tasks()
 
     if settings.verbose >= 2:
         print("Waiting for the hosts to acknowledge.", flush=True)
-    try:
-        driver.wait_for_initial_registration(settings.start_timeout, stop=stop)
-    except Exception as e:
-        check_tasks()
-        raise type(e)("%s (hosts that did not register: %s)"
-                      % (e, waiting_hosts(driver.registered_tasks()))) from None
-    check_tasks()
+    wait(driver.wait_for_initial_registration, driver.registered_tasks, "register")
     for index in range(num_hosts):
         task_service.HorovodRunTaskClient(index, driver.task_addresses_for_driver(index),
                                           settings.key, settings.verbose
@@ -132,13 +132,7 @@ def _run_probe(driver, settings, num_hosts, tasks=()):
     if settings.verbose >= 2:
         print("Notified all the hosts that the registration is complete.", flush=True)
         print("Waiting for hosts to perform host-to-host interface checking.", flush=True)
-    try:
-        driver.wait_for_task_to_task_address_updates(settings.start_timeout, stop=stop)
-    except Exception as e:
-        check_tasks()
-        raise type(e)("%s (hosts that did not report: %s)"
-                      % (e, waiting_hosts(driver.reported_tasks()))) from None
-    check_tasks()
+    wait(driver.wait_for_task_to_task_address_updates, driver.reported_tasks, "report")
     if settings.verbose >= 2:
         print("Host-to-host interface checking successful.", flush=True)
 
