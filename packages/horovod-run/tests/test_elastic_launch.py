@@ -10,15 +10,15 @@ committed batch was lost or repeated and replay the training in one process.
 import json
 import os
 import pathlib
-import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
 import pytest
+
+from horovod_testing.elastic import ElasticJob, discovery_script
 
 torch = pytest.importorskip("torch")
 
@@ -28,74 +28,22 @@ JOB_TIMEOUT_S = 240
 N, BATCH, LR = 96, 4, 0.05
 
 
-class Job:
-    """A horovodrun process whose output lines are collected as they come."""
+_started_jobs = []
 
-    def __init__(self, args, env, cwd=None):
-        self.lines = []
-        self._lock = threading.Lock()
-        self.proc = subprocess.Popen([sys.executable, "-m", "horovod.runner.launch", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=env, cwd=cwd)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
 
-    def _read(self):
-        for line in self.proc.stdout:
-            with self._lock:
-                self.lines.append(line.rstrip("\n"))
+def Job(args, env):
+    """A horovodrun process with its output collected (horovod_testing.elastic.ElasticJob),
+    stopped at the test's end whatever happened."""
+    job = ElasticJob(args, env, timeout=JOB_TIMEOUT_S)
+    _started_jobs.append(job)
+    return job
 
-    def snapshot(self):
-        with self._lock:
-            return list(self.lines)
 
-    def records(self, kind):
-        """``[(prefix rank, json)]`` of the ``kind`` lines (``STEP``, ``FINAL``, ``LEAKS``)."""
-        found = []
-        for line in self.snapshot():
-            match = re.match(r"\[(\d+)\]<stdout>:%s (.*)$" % kind, line)
-            if match:
-                found.append((int(match.group(1)), json.loads(match.group(2))))
-        return found
-
-    def wait_for(self, predicate, what, timeout=120):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            if self.proc.poll() is not None:
-                time.sleep(0.5)
-                if predicate():
-                    return
-                break
-            time.sleep(0.1)
-        self.kill()
-        raise AssertionError("waited for %s:\n%s" % (what, "\n".join(self.snapshot()[-80:])))
-
-    def finish(self, timeout=JOB_TIMEOUT_S):
-        try:
-            code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError("the job did not end:\n" + "\n".join(self.snapshot()[-80:])) from None
-        self._reader.join(timeout=10)
-        return code, "\n".join(self.snapshot())
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-    def sizes(self):
-        """The world sizes of the STEP lines, consecutive repeats folded."""
-        sizes = []
-        for _, record in self.records("STEP"):
-            if not sizes or sizes[-1] != record["size"]:
-                sizes.append(record["size"])
-        return sizes
+@pytest.fixture(autouse=True)
+def _stop_jobs():
+    yield
+    while _started_jobs:
+        _started_jobs.pop().kill()
 
 
 @pytest.fixture
@@ -110,17 +58,7 @@ def _addr(bed, index):
 @pytest.fixture
 def discovery(tmp_path):
     """``(script path, set_hosts(list of 'host:slots'))``: a discovery script printing a file."""
-    hosts_file = tmp_path / "hosts.txt"
-    script = tmp_path / "discover.sh"
-    script.write_text("#!/bin/sh\ncat %s\n" % hosts_file)
-    script.chmod(0o755)
-
-    def set_hosts(hosts):
-        tmp = tmp_path / "hosts.tmp"
-        tmp.write_text("".join(h + "\n" for h in hosts))
-        os.replace(tmp, hosts_file)
-
-    return str(script), set_hosts
+    return discovery_script(str(tmp_path))
 
 
 def _replay(seen):
