@@ -125,6 +125,53 @@ def test_hosts_added_then_removed(bed, discovery, tmp_path):
     _check_training(job, epochs)
 
 
+def test_added_host_starts_standby_while_training_goes_on(bed, discovery):
+    """The new host's workers are started while the current ones keep training; the reset
+    comes once they wait, so a slow start (4 s here) does not stop the training."""
+    script, set_hosts = discovery
+    set_hosts(["%s:2" % _addr(bed, 1)])
+    epochs = 8
+    delay_s = 4.0
+    job = Job(_elastic_args("-np", "2", "--min-np", "2", "--max-np", "4",
+                            "--host-discovery-script", script, sys.executable, TRAIN,
+                            str(epochs)),
+              dict(bed.env(), STEP_SLEEP="0.15", START_DELAY="%s:%s" % (bed.hosts[1][0], delay_s)))
+    job.wait_for(lambda: len(job.records("STEP")) >= 4, "steps at size 2")
+    listed = time.time()
+    set_hosts(["%s:2" % _addr(bed, 1), "%s:2" % _addr(bed, 2)])
+    job.wait_for(lambda: any(r["size"] == 4 for _, r in job.records("STEP")), "steps at size 4",
+                 timeout=120)
+    code, output = job.finish()
+    assert code == 0, output
+    assert job.sizes() == [2, 4], job.sizes()
+    # Size-2 steps went on while the new workers slept through their start.
+    late = [r for _, r in job.records("STEP") if r["size"] == 2 and r["time"] > listed + delay_s]
+    assert late, "no step at size 2 after the host was listed + %.0f s" % delay_s
+    first_at_4 = min(r["time"] for _, r in job.records("STEP") if r["size"] == 4)
+    assert first_at_4 > listed + delay_s
+    assert "starting a standby worker on %s[0]" % _addr(bed, 2) in output, output
+    _check_training(job, epochs)
+
+
+def test_standby_worker_failing_to_start_blacklists_its_host(bed, discovery):
+    script, set_hosts = discovery
+    set_hosts(["%s:2" % _addr(bed, 1)])
+    epochs = 6
+    job = Job(_elastic_args("-np", "2", "--min-np", "2", "--max-np", "4",
+                            "--host-discovery-script", script, sys.executable, TRAIN,
+                            str(epochs)),
+              dict(bed.env(), STEP_SLEEP="0.15", START_FAIL=bed.hosts[1][0]))
+    job.wait_for(lambda: len(job.records("STEP")) >= 4, "steps at size 2")
+    set_hosts(["%s:2" % _addr(bed, 1), "%s:2" % _addr(bed, 2)])
+    job.wait_for(lambda: any("blacklisting %s" % _addr(bed, 2) in line for line in job.snapshot()),
+                 "the host's blacklisting", timeout=120)
+    code, output = job.finish()
+    assert code == 0, output
+    assert "exited with 3 before its round" in output, output
+    assert job.sizes() == [2], job.sizes()
+    _check_training(job, epochs)
+
+
 @pytest.mark.parametrize("cooldown", [False, True])
 def test_killed_worker_blacklists_its_host(bed, cooldown):
     hosts = "%s:2,%s:2" % (_addr(bed, 1), _addr(bed, 2))

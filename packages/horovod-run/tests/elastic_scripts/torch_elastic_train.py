@@ -6,8 +6,10 @@ loss of the global batch, a commit after every step. Every step is logged as
 ``seen``, the sample indices of every committed global batch, so that the test can replay the
 training in one process. At the end each rank prints ``FINAL {json}`` with its parameters.
 
-argv: epochs; env STEP_SLEEP (seconds per step, default 0.1) and
-EXIT_ALL_AT (every rank exits 1 at that step: the "all workers fail" case).
+argv: epochs; env STEP_SLEEP (seconds per step, default 0.1),
+EXIT_ALL_AT (every rank exits 1 at that step: the "all workers fail" case),
+START_DELAY (``host:seconds``: a worker on that host sleeps before ``hvd.init()``, a slow start)
+and START_FAIL (``host``: a worker on that host exits 3 before ``hvd.init()``).
 """
 
 import json
@@ -25,6 +27,13 @@ BATCH = 4
 N = 96
 STEP_SLEEP = float(os.environ.get("STEP_SLEEP", "0.1"))
 EXIT_ALL_AT = int(os.environ.get("EXIT_ALL_AT", "-1"))
+
+delay_host, _, delay_s = os.environ.get("START_DELAY", "").partition(":")
+if delay_host == socket.gethostname():
+    time.sleep(float(delay_s))
+if os.environ.get("START_FAIL") == socket.gethostname():
+    print("START_FAIL: exiting before hvd.init()", flush=True)
+    sys.exit(3)
 
 hvd.init()
 torch.set_num_threads(1)

@@ -15,6 +15,9 @@ from horovod.runner.elastic.worker import HostUpdateResult, WorkerNotificationCl
 
 DISCOVER_HOSTS_FREQUENCY_SECS = 1.0
 ELASTIC_TIMEOUT_SECS = 600
+# How long rank 0 is kept training, after new slots were discovered, while their workers start
+# (see ElasticDriver: standby workers); past it, rank 0 is told anyway.
+STANDBY_START_SECS = 30.0
 
 
 class Results:
@@ -70,6 +73,15 @@ class ElasticDriver:
         reset_limit: the most resets (None: unlimited).
         cooldown_range: ``(lo, hi)`` seconds of blacklist cooldown, or None (permanent).
         verbose: print what the driver does when >= 1.
+
+    Standby workers: when the discovery adds slots to a running job, their workers are started
+    at once, while the current workers go on training. A standby worker asks for its rank like
+    any other (:meth:`record_ready`) and waits there; rank 0 is told that the hosts changed once
+    every standby worker waits (or after ``STANDBY_START_SECS`` seconds), so the reset round finds
+    the new workers started and the time they take to start (a Python process importing its
+    framework: seconds) does not stop the training. A standby worker whose slot is not in the
+    next generation is answered "removed" and exits; one that exits non-zero before its round
+    blacklists its host.
     """
 
     def __init__(self, rendezvous, discovery, min_num_proc, max_num_proc, timeout=None,
@@ -94,6 +106,12 @@ class ElasticDriver:
         self._alive = set()
         self._create_worker_fn = None
         self._notified_generation = 0
+        self._notify_lock = threading.Lock()
+        # Standby workers: (host, local_rank) -> the planned SlotInfo, and those that wait.
+        self._standby = {}
+        self._standby_waiting = set()
+        self._standby_since = None
+        self._standby_cond = threading.Condition(self._assignment_lock)
         self._discovery_error = None
         self._first_discovery = threading.Event()
         self._discovery_thread = threading.Thread(target=self._discover_hosts,
@@ -129,7 +147,12 @@ class ElasticDriver:
 
     def _notify_workers_host_changes(self, current_hosts):
         """Tell the rank-0 worker once per generation when the hosts would be assigned
-        differently (and enough slots exist)."""
+        differently (and enough slots exist); when slots were only added, start their workers
+        first (standby) and tell rank 0 once they wait."""
+        with self._notify_lock:
+            self._notify_host_changes_locked(current_hosts)
+
+    def _notify_host_changes_locked(self, current_hosts):
         generation = self._worker_registry.generation
         if not self._host_assignments or self._notified_generation == generation:
             return
@@ -148,6 +171,9 @@ class ElasticDriver:
             update_res |= HostUpdateResult.added
         if any(slot not in {(s.hostname, s.local_rank) for s in planned} for slot in current):
             update_res |= HostUpdateResult.removed
+        if update_res == HostUpdateResult.added and not self._standby_started(
+                [s for s in planned if (s.hostname, s.local_rank) not in current]):
+            return  # tried again when a standby worker waits, and at the next poll
         try:
             coordinator = self.get_coordinator_info()
             client = self.get_worker_client(coordinator) if coordinator else None
@@ -158,6 +184,57 @@ class ElasticDriver:
             self._say("told rank 0 that the hosts changed")
         except Exception as e:
             self._say("could not notify rank 0 (retrying): %s" % e)
+
+    # --- standby workers ---------------------------------------------------------------------
+
+    def _standby_started(self, added):
+        """Start the workers of the ``added`` slots that have none; return whether every one of
+        them waits for its round (or they had ``STANDBY_START_SECS`` to get there)."""
+        if self._create_worker_fn is None or self._shutdown.is_set():
+            return True
+        started = []
+        with self._assignment_lock:
+            for slot in added:
+                key = (slot.hostname, slot.local_rank)
+                if key in self._alive:
+                    continue
+                self._alive.add(key)
+                self._standby[key] = slot
+                started.append(slot)
+            if started and self._standby_since is None:
+                self._standby_since = time.monotonic()
+            waiting = all((s.hostname, s.local_rank) in self._standby_waiting for s in added)
+            overdue = (self._standby_since is not None
+                       and time.monotonic() - self._standby_since > STANDBY_START_SECS)
+        for slot in started:
+            self._say("starting a standby worker on %s[%d]" % (slot.hostname, slot.local_rank))
+            self._start_worker_thread(slot)
+        return waiting or overdue
+
+    def _wait_standby(self, host, slot):
+        """Called for a standby worker asking for its rank: wait until the next generation is
+        assigned; return whether the worker has a slot in it."""
+        key = (host, slot)
+        with self._standby_cond:
+            if key not in self._standby:
+                return False
+            self._standby_waiting.add(key)
+            all_waiting = set(self._standby) <= self._standby_waiting
+        if all_waiting:
+            self._say("every standby worker waits: telling rank 0")
+            self._notify_workers_host_changes(self._host_manager.current_hosts)
+        with self._standby_cond:
+            while key in self._standby and not self._shutdown.is_set():
+                self._standby_cond.wait(1.0)
+        return not self._shutdown.is_set() and self.has_rank_assignment(host, slot)
+
+    def _release_standby(self):
+        """A new generation is set up: answer every waiting standby worker."""
+        with self._standby_cond:
+            self._standby.clear()
+            self._standby_waiting.clear()
+            self._standby_since = None
+            self._standby_cond.notify_all()
 
     # --- assignment and workers ------------------------------------------------------------
 
@@ -217,6 +294,8 @@ class ElasticDriver:
         self._rendezvous.init(slots)
         self._results.expect({"%s[%d]" % (s.hostname, s.local_rank) for s in slots})
         self._worker_registry.reset(len(slots))
+        # After the registry's reset: a standby worker is answered in the new generation.
+        self._release_standby()
         self._say("generation %d: %s" % (
             self._worker_registry.generation,
             ", ".join("%s:%d" % (h, len(v)) for h, v in self._host_assignments.items())))
@@ -238,9 +317,11 @@ class ElasticDriver:
         for slot in pending:
             with self._assignment_lock:
                 self._alive.add((slot.hostname, slot.local_rank))
-            threading.Thread(target=self._run_worker, args=(slot,), daemon=True,
-                             name="horovod-elastic-%s-%d" % (slot.hostname,
-                                                             slot.local_rank)).start()
+            self._start_worker_thread(slot)
+
+    def _start_worker_thread(self, slot):
+        threading.Thread(target=self._run_worker, args=(slot,), daemon=True,
+                         name="horovod-elastic-%s-%d" % (slot.hostname, slot.local_rank)).start()
 
     def _run_worker(self, slot_info):
         key = (slot_info.hostname, slot_info.local_rank)
@@ -250,8 +331,16 @@ class ElasticDriver:
         except Exception as e:
             self._say("worker %s[%d] could not run: %s" % (key + (e,)))
             exit_code, timestamp = 1, time.time()
-        with self._assignment_lock:
+        with self._standby_cond:
             self._alive.discard(key)
+            standby = self._standby.pop(key, None) is not None
+            self._standby_waiting.discard(key)
+            self._standby_cond.notify_all()
+        if (standby and exit_code != 0 and not self._shutdown.is_set()
+                and key[0] in self._host_manager.current_hosts.available_hosts):
+            self._say("standby worker %s[%d] exited with %s before its round: blacklisting %s"
+                      % (key + (exit_code, key[0])))
+            self._host_manager.blacklist(key[0])
         self._handle_worker_exit(slot_info, exit_code, timestamp)
 
     def _handle_worker_exit(self, slot_info, exit_code, timestamp):
@@ -271,6 +360,8 @@ class ElasticDriver:
         self._shutdown.set()
         with self._wait_hosts_cond:
             self._wait_hosts_cond.notify_all()
+        with self._standby_cond:
+            self._standby_cond.notify_all()
         self._worker_registry.wake()
         self._results.finish()
 
@@ -305,7 +396,7 @@ class ElasticDriver:
     def record_ready(self, host, slot):
         """Block until the round of ``host``'s worker ``slot`` is decided; return the
         generation it is answered in, or None (its slot was removed, or the job ended)."""
-        if not self.has_rank_assignment(host, slot):
+        if not self.has_rank_assignment(host, slot) and not self._wait_standby(host, slot):
             return None
         generation = self._worker_registry.record_ready(host, slot)
         if generation is None or not self.has_rank_assignment(host, slot):
