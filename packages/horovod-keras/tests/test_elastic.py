@@ -1,7 +1,8 @@
 """Elastic horovodrun end to end with Keras 3 on both backends (``horovod.keras.elastic`` and
 ``horovod.tensorflow.keras.elastic``: ``KerasState``, the three state callbacks, ``run``): real
-workers on this machine under the hosts ``localhost`` and ``127.0.0.1``, a host added then
-removed through a discovery script, and a worker killed. The script
+workers on two hosts of the multi-host test bed (network namespaces with their own sshd,
+ci/testbed.sh; the ``testbed`` fixture), a host added then removed through a discovery script,
+and a worker killed. The script
 (elastic_scripts/keras_elastic_train.py) trains the same global batches whatever the world size,
 so every rank's final weights must equal a numpy replay of the training."""
 
@@ -20,8 +21,9 @@ TRAIN = str(pathlib.Path(__file__).resolve().parent / "elastic_scripts" / "keras
 N, G, LR, MOMENTUM = 48, 8, 0.05, 0.5
 
 
-def env(backend, module="horovod.keras"):
-    return {**os.environ, **THREADS_ENV, "KERAS_BACKEND": backend, "MODULE": module,
+def env(bed, backend, module="horovod.keras"):
+    """The environment of horovodrun on the bed (its ssh wrapper and agent) with the test's."""
+    return {**bed.env(), **THREADS_ENV, "KERAS_BACKEND": backend, "MODULE": module,
             "HOROVOD_CYCLE_TIME": "5", "STEP_SLEEP": "0.1"}
 
 
@@ -83,37 +85,40 @@ def test_reference_is_not_trivial():
 
 
 @pytest.mark.parametrize("backend", ["tensorflow", "torch"])
-def test_host_added_then_removed(backend, tmp_path):
+def test_host_added_then_removed(testbed, backend, tmp_path):
+    host1, host2 = testbed.hosts[0][1], testbed.hosts[1][1]
     script, set_hosts = discovery_script(str(tmp_path))
-    set_hosts(["localhost:1"])
+    set_hosts([host1 + ":1"])
     epochs = 12
-    args = ["--verbose", "--network-interface", "lo", "-np", "1", "--min-np", "1", "--max-np", "2",
+    args = ["--verbose", "--network-interface", "hvdbr0", "-np", "1", "--min-np", "1", "--max-np", "2",
             "--host-discovery-script", script, sys.executable, TRAIN, str(epochs)]
-    with ElasticJob(args, env(backend)) as job:
+    with ElasticJob(args, env(testbed, backend)) as job:
         job.wait_for(lambda: len(job.steps()) >= 4, "steps at size 1")
-        set_hosts(["localhost:1", "127.0.0.1:1"])
-        job.wait_for(lambda: sum(r["size"] == 2 for r in job.steps()) >= 12, "steps at size 2")
-        set_hosts(["localhost:1"])
+        set_hosts([host1 + ":1", host2 + ":1"])
+        job.wait_for(lambda: sum(r["size"] == 2 for r in job.steps()) >= 12, "steps at size 2",
+                     timeout=120)
+        set_hosts([host1 + ":1"])
         code, output = job.finish()
     assert code == 0, output
-    assert job.sizes() == [1, 2, 1], output
-    assert {r["host"] for r in job.steps() if r["size"] == 2} == {"localhost", "127.0.0.1"}
+    assert job.sizes() == [1, 2, 1], "sizes %s; %s\n%s" % (job.sizes(), summary(job), output)
+    assert {r["host"] for r in job.steps() if r["size"] == 2} == {host1, host2}
     check_training(job, epochs, backend)
 
 
 @pytest.mark.parametrize("backend, module", [("tensorflow", "horovod.tensorflow.keras"),
                                              ("torch", "horovod.keras")])
-def test_killed_worker_blacklists_its_host(backend, module):
+def test_killed_worker_blacklists_its_host(testbed, backend, module):
+    host1, host2 = testbed.hosts[0][1], testbed.hosts[1][1]
     epochs = 8
-    args = ["--verbose", "--network-interface", "lo", "-np", "2", "--min-np", "1",
-            "-H", "localhost:1,127.0.0.1:1", sys.executable, TRAIN, str(epochs)]
-    with ElasticJob(args, env(backend, module)) as job:
-        job.wait_for(lambda: len(job.steps()) >= 16, "steps at size 2")
-        victim = next(r for r in job.steps() if r["host"] == "127.0.0.1")
+    args = ["--verbose", "--network-interface", "hvdbr0", "-np", "2", "--min-np", "1",
+            "-H", "%s:1,%s:1" % (host1, host2), sys.executable, TRAIN, str(epochs)]
+    with ElasticJob(args, env(testbed, backend, module)) as job:
+        job.wait_for(lambda: len(job.steps()) >= 16, "steps at size 2", timeout=120)
+        victim = next(r for r in job.steps() if r["host"] == host2)
         os.kill(victim["pid"], signal.SIGKILL)
         code, output = job.finish()
     assert code == 0, output
-    assert "blacklisting host 127.0.0.1" in output, output
+    assert "blacklisting host " + host2 in output, output
     assert job.sizes() == [2, 1], output
-    assert {r["host"] for r in job.steps() if r["size"] == 1} == {"localhost"}
+    assert {r["host"] for r in job.steps() if r["size"] == 1} == {host1}
     check_training(job, epochs, backend)

@@ -86,3 +86,6 @@ def result(request, jobs):
         return n, [v for _, v in per_rank]
 
     return get
+
+# The multi-host test bed (the elastic tests): the ``testbed`` fixture and its leftover check.
+from horovod_testing.pytest_testbed import *  # noqa: E402, F403

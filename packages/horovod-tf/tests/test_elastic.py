@@ -1,6 +1,7 @@
 """Elastic horovodrun end to end with TensorFlow 2 (``horovod.tensorflow.elastic``:
-``TensorFlowKerasState`` and ``run``): real workers on this machine under the hosts ``localhost``
-and ``127.0.0.1``, a host added then removed through a discovery script, and a worker killed.
+``TensorFlowKerasState`` and ``run``): real workers on two hosts of the multi-host test bed
+(network namespaces with their own sshd, ci/testbed.sh; the ``testbed`` fixture), a host added
+then removed through a discovery script, and a worker killed.
 The script (elastic_scripts/tf_elastic_train.py) trains the same global batches whatever the
 world size, so every rank's final weights must equal a numpy replay of the training."""
 
@@ -14,7 +15,12 @@ from horovod_testing.elastic import ElasticJob, check_finals, check_prefixes, di
 
 TRAIN = str(pathlib.Path(__file__).resolve().parent / "elastic_scripts" / "tf_elastic_train.py")
 N, G, LR, MOMENTUM = 48, 8, 0.05, 0.5
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "HOROVOD_CYCLE_TIME": "5"}
+ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "HOROVOD_CYCLE_TIME": "5"}
+
+
+def bed_env(bed, **extra):
+    """The environment of horovodrun on the bed (its ssh wrapper and agent) with the test's."""
+    return {**bed.env(), **ENV, **extra}
 
 
 def reference(epochs):
@@ -64,36 +70,39 @@ def test_reference_is_not_trivial():
     assert np.abs(reference(6) - reference(5)).max() > 1e-4
 
 
-def test_host_added_then_removed(tmp_path):
+def test_host_added_then_removed(testbed, tmp_path):
+    host1, host2 = testbed.hosts[0][1], testbed.hosts[1][1]
     script, set_hosts = discovery_script(str(tmp_path))
-    set_hosts(["localhost:1"])
+    set_hosts([host1 + ":1"])
     epochs = 12
-    args = ["--verbose", "--network-interface", "lo", "-np", "1", "--min-np", "1", "--max-np", "2",
+    args = ["--verbose", "--network-interface", "hvdbr0", "-np", "1", "--min-np", "1", "--max-np", "2",
             "--host-discovery-script", script, sys.executable, TRAIN, str(epochs)]
-    with ElasticJob(args, dict(ENV, STEP_SLEEP="0.1")) as job:
+    with ElasticJob(args, bed_env(testbed, STEP_SLEEP="0.1")) as job:
         job.wait_for(lambda: len(job.steps()) >= 4, "steps at size 1")
-        set_hosts(["localhost:1", "127.0.0.1:1"])
-        job.wait_for(lambda: sum(r["size"] == 2 for r in job.steps()) >= 10, "steps at size 2")
-        set_hosts(["localhost:1"])
+        set_hosts([host1 + ":1", host2 + ":1"])
+        job.wait_for(lambda: sum(r["size"] == 2 for r in job.steps()) >= 10, "steps at size 2",
+                     timeout=120)
+        set_hosts([host1 + ":1"])
         code, output = job.finish()
     assert code == 0, output
-    assert job.sizes() == [1, 2, 1], output
+    assert job.sizes() == [1, 2, 1], "sizes %s; %s\n%s" % (job.sizes(), summary(job), output)
     at_2 = [r for r in job.steps() if r["size"] == 2]
-    assert {r["host"] for r in at_2} == {"localhost", "127.0.0.1"}
+    assert {r["host"] for r in at_2} == {host1, host2}
     check_training(job, epochs)
 
 
-def test_killed_worker_blacklists_its_host():
+def test_killed_worker_blacklists_its_host(testbed):
+    host1, host2 = testbed.hosts[0][1], testbed.hosts[1][1]
     epochs = 8
-    args = ["--verbose", "--network-interface", "lo", "-np", "2", "--min-np", "1", "-H", "localhost:1,127.0.0.1:1",
-            sys.executable, TRAIN, str(epochs)]
-    with ElasticJob(args, dict(ENV, STEP_SLEEP="0.1")) as job:
-        job.wait_for(lambda: len(job.steps()) >= 8, "steps at size 2")
-        victim = next(r for r in job.steps() if r["host"] == "127.0.0.1")
+    args = ["--verbose", "--network-interface", "hvdbr0", "-np", "2", "--min-np", "1",
+            "-H", "%s:1,%s:1" % (host1, host2), sys.executable, TRAIN, str(epochs)]
+    with ElasticJob(args, bed_env(testbed, STEP_SLEEP="0.1")) as job:
+        job.wait_for(lambda: len(job.steps()) >= 8, "steps at size 2", timeout=120)
+        victim = next(r for r in job.steps() if r["host"] == host2)
         os.kill(victim["pid"], signal.SIGKILL)
         code, output = job.finish()
     assert code == 0, output
-    assert "blacklisting host 127.0.0.1" in output, output
+    assert "blacklisting host " + host2 in output, output
     assert job.sizes() == [2, 1], output
-    assert {r["host"] for r in job.steps() if r["size"] == 1} == {"localhost"}
+    assert {r["host"] for r in job.steps() if r["size"] == 1} == {host1}
     check_training(job, epochs)

@@ -69,9 +69,14 @@ class ElasticJob:
         return [record for _, record in self.records("STEP")]
 
     def sizes(self):
-        """The world sizes of the STEP lines in order, consecutive repeats folded."""
+        """The world sizes of rank 0's STEP lines in order, consecutive repeats folded. Rank 0
+        trains at every size, and its lines come through one relay, so their order is the order
+        they were written in (other ranks' lines reach the launcher through other hosts' relays
+        and may come late)."""
         sizes = []
         for record in self.steps():
+            if record["rank"] != 0:
+                continue
             if not sizes or sizes[-1] != record["size"]:
                 sizes.append(record["size"])
         return sizes
