@@ -186,7 +186,7 @@ def install(session: nox.Session, *requirements: str) -> None:
         ensure_wheel(session, package)
     # A reused virtualenv may hold these names at the same version, and pip would keep the installed
     # copy instead of the wheel just built. (A local folder requirement is always reinstalled.)
-    session.run("python", "-m", "pip", "uninstall", "--yes", *PACKAGES, silent=True)
+    session.run_install("python", "-m", "pip", "uninstall", "--yes", *PACKAGES, silent=True)
     session.install("--find-links", str(DIST), *requirements)
 
 
