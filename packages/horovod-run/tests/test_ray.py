@@ -1018,3 +1018,15 @@ def test_ray_train_backend_steps(cluster):
             ray.kill(w)
     _check_job(results, 4)
     assert [r["cross_size"] for r in results] == [2] * 4 and [r["local_rank"] for r in results] == [0, 0, 1, 1]
+
+
+def test_docs_example_runs_as_written(cluster):
+    """docs/examples/ray/ray_digits.py, its command line as docs/ray.md shows it, against this
+    cluster (a driver process of its own)."""
+    example = REPO / "docs" / "examples" / "ray" / "ray_digits.py"
+    out = subprocess.run([sys.executable, str(example), "--address", cluster.address, "--num-workers", "2",
+                          "--epochs", "3"], capture_output=True, text=True, timeout=300, cwd=str(REPO / "build"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.startswith("rank ")]
+    assert [line.split()[1] for line in lines] == ["0", "1"], out.stdout
+    assert len({line.rsplit(" ", 1)[1] for line in lines}) == 1  # the same parameters' digest
