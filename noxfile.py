@@ -236,7 +236,8 @@ def run_tests(session: nox.Session, package: str, requirements: list[str], extra
 def tests(session: nox.Session, package: str) -> None:
     """Run one package's tests against its installed wheel (horovod.ray's in tests-ray,
     horovod.spark's in tests-spark)."""
-    ignore = ("tests/test_ray.py", "tests/test_ray_multinode.py", "tests/test_spark.py") if package == "horovod-run" else ()
+    ignore = (("tests/test_ray.py", "tests/test_ray_multinode.py", "tests/test_spark.py")
+              if package == "horovod-run" else ())
     run_tests(session, package, TESTS[package], ignore=ignore)
 
 

@@ -4,8 +4,8 @@ digits 0-9, shipped inside scikit-learn) with Horovod on a Ray cluster.
 The training function runs on every Horovod worker (one Ray actor per rank). It uses only numpy
 and horovod.common's collectives: each rank computes the gradient of its share of every global
 minibatch, one allreduce sums the shares, and every rank applies the same update from the same
-initial parameters (same seed), so the parameters stay identical on all ranks. With a framework you would write the same with
-``horovod.torch`` (``hvd.DistributedOptimizer``) instead.
+initial parameters (same seed), so the parameters stay identical on all ranks. With a framework
+you would write the same with ``horovod.torch`` (``hvd.DistributedOptimizer``) instead.
 
 Run it against a running cluster, or let it start a local one::
 

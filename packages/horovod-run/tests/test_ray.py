@@ -14,7 +14,6 @@ import importlib.util
 import json
 import os
 import pathlib
-import secrets
 import shutil
 import signal
 import socket
@@ -26,13 +25,13 @@ import traceback
 
 import pytest
 
+from horovod_testing.ray_cluster import (RAY_NODE_ENV, STOP_TIMEOUT_S, stop_cluster,
+                                         temp_dir_for, token_env)
+
 if importlib.util.find_spec("ray") is not None:
-    # Ray reads its authentication mode and token once, when it is imported: the driver (this
-    # process) and the nodes started below share this token.
+    # Before Ray is imported: the driver (this process) and the nodes started below share a token.
     SAVED_ENV = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
-    os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
-    os.environ.pop("RAY_ADDRESS", None)
+    token_env()
 
 ray = pytest.importorskip("ray")
 
@@ -49,13 +48,6 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 CPUS_PER_NODE = 2
 NODES = 2
 START_TIMEOUT_S = 90
-# The GCS checks every node each second and marks it dead after 5 failed checks (Ray's defaults:
-# every 3 s), so a stopped node's actors are reported dead within seconds.
-RAY_NODE_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "5"}
-STOP_TIMEOUT_S = 15
-# Longest Unix socket path Ray builds below its temp dir: session_<date>_<time>_<us>_<pid>/sockets/plasma_store.
-RAY_SOCKET_SUFFIX = len("/session_2026-11-25_19-19-31_123456_1234567/sockets/plasma_store")
-
 
 def _free_port():
     with socket.socket() as s:
@@ -64,79 +56,12 @@ def _free_port():
 
 
 def _ray_temp_dir():
-    """build/ray-<pid> in the repository, or ~/.cache/hvd-ray-<pid> when the repository's path is
-    too long for the Unix sockets Ray makes below it (< 107 bytes)."""
-    pid = os.getpid()
-    for path in (REPO / "build" / ("ray-%d" % pid), pathlib.Path.home() / ".cache" / ("hvd-ray-%d" % pid)):
-        if len(str(path)) + RAY_SOCKET_SUFFIX < 107:
-            return path
-    pytest.fail("no folder for Ray's files is short enough for Unix socket paths (< 107 bytes): %s" % path)
-
-
-def _alive(proc):
+    """build/ray-<pid> in the repository (~/.cache/hvd-ray-<pid> when the checkout's path is too
+    long for the Unix sockets Ray makes below it)."""
     try:
-        return proc.is_running() and proc.status() != "zombie"
-    except Exception:  # gone
-        return False
-
-
-def _processes_of(popens, temp_dir):
-    """Every process of the cluster: the `ray start` processes, their descendants, and any
-    process whose command line names this cluster's temp dir (reparented daemons)."""
-    import psutil
-    found = {}
-    for popen in popens:
-        try:
-            top = psutil.Process(popen.pid)
-        except psutil.NoSuchProcess:
-            continue
-        found[top.pid] = top
-        for child in top.children(recursive=True):
-            found[child.pid] = child
-    for proc in psutil.process_iter(["cmdline"]):
-        if any(str(temp_dir) in part for part in (proc.info["cmdline"] or [])):
-            found.setdefault(proc.pid, proc)
-    found.pop(os.getpid(), None)
-    return [p for p in found.values() if _alive(p)]
-
-
-def _stop_cluster(popens, temp_dir):
-    """TERM everything but the GCS, then the GCS, then KILL what is left; return what survived."""
-    import psutil
-    procs = _processes_of(popens, temp_dir)
-
-    def name(p):
-        try:
-            return p.name()
-        except psutil.Error:
-            return ""
-
-    names = {p.pid: name(p) for p in procs}
-    gcs = [p for p in procs if "gcs_server" in names[p.pid]]
-    for wave in ([p for p in procs if p not in gcs], gcs):
-        for p in wave:
-            try:
-                p.send_signal(signal.SIGTERM)
-            except psutil.Error:
-                pass
-        psutil.wait_procs(wave, timeout=STOP_TIMEOUT_S)
-    for p in _processes_of(popens, temp_dir):
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    for popen in popens:
-        try:
-            popen.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pass
-    time.sleep(0.5)
-    # What ran when the stop began (is_running() compares creation times: a reused PID is not
-    # taken for it), and anything naming the temp dir since.
-    left = {p.pid: p for p in procs if _alive(p)}
-    left.update((p.pid, p) for p in _processes_of(popens, temp_dir))
-    print("stopped %d Ray processes: %s" % (len(procs), ", ".join(sorted(names.values()))))
-    return list(left.values())
+        return temp_dir_for(REPO, "ray")
+    except ValueError as e:
+        pytest.fail(str(e))
 
 
 class Cluster:
@@ -223,7 +148,7 @@ def cluster():
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        left = _stop_cluster(c.popens, temp_dir)
+        left = stop_cluster(c.popens, temp_dir)
         for log in c.logs:
             log.close()
         for k, v in SAVED_ENV.items():
@@ -1007,7 +932,9 @@ def test_ray_train_backend_steps(cluster):
         all_info = coordinator.finalize_registration()
         ray.get([workers[rank].update_env_vars.remote(env) for rank, env in all_info.items()])
         coordinator_envs = coordinator.establish_rendezvous()
-        node_workers = [ExecuteOnly(workers[node_ids.index(node)]) for node in set(node_ids)][:len(coordinator.hostnames)]
+        # Ray Train takes one worker per Ray node and asserts there are as many as host names;
+        # both nodes of this cluster are on one machine (one host name), so one worker here.
+        node_workers = [ExecuteOnly(workers[hostnames.index(host)]) for host in coordinator.hostnames]
         nics = detect_nics(config, all_host_names=list(coordinator.hostnames), node_workers=node_workers)
         coordinator_envs.update(nics_to_env_var(nics))
         ray.get([w.update_env_vars.remote(coordinator_envs) for w in workers])

@@ -5,9 +5,10 @@ joining with ``ray start --address=198.18.0.254:PORT --node-ip-address=198.18.0.
 host's namespaces (Testbed.command). The example of docs/examples/ray (scikit-learn's digits,
 numpy, horovod.common's allreduce) trains on 2 nodes x 2 workers.
 
-The nodes share this test's token (test_ray's, whose helpers stop the cluster by PID: GCS last).
-Every node has its own --temp-dir below build/raymn-<pid> (Unix socket paths must stay under 107
-bytes, which pytest's tmp_path below build/pytest is too long for); it is removed at the end.
+The nodes share this process's token (horovod_testing.ray_cluster, which also stops the cluster by
+PID: GCS last). Every node has its own --temp-dir below build/raymn-<pid> (Unix socket paths must
+stay under 107 bytes, which pytest's tmp_path below build/pytest is too long for); it is removed at
+the end.
 """
 
 import importlib.util
@@ -22,16 +23,18 @@ import time
 
 import pytest
 
-# test_ray sets the Ray token variables (before Ray reads them) and has the cluster helpers.
-import test_ray as local  # noqa: E402
+from horovod_testing.ray_cluster import RAY_NODE_ENV, stop_cluster, temp_dir_for, token_env
+
+# Before Ray is imported (it reads the token once): this process's token, shared by its nodes.
+TOKEN_ENV = token_env() if importlib.util.find_spec("ray") is not None else {}
 
 ray = pytest.importorskip("ray")
 import numpy as np  # noqa: E402
 
 from horovod.ray import RayExecutor  # noqa: E402
 
-EXAMPLE = local.REPO / "docs" / "examples" / "ray" / "ray_digits.py"
-TOKEN_ENV = {k: os.environ[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+REPO = pathlib.Path(__file__).resolve().parents[3]
+EXAMPLE = REPO / "docs" / "examples" / "ray" / "ray_digits.py"
 HOST_CPUS = 2
 START_TIMEOUT_S = 120
 
@@ -64,7 +67,7 @@ class BedCluster:
         self.address = "%s:%d" % (self.head_ip, self.port)
         self.popens = []
         self.logs = []
-        self.env = dict(os.environ, **TOKEN_ENV, **local.RAY_NODE_ENV)
+        self.env = dict(os.environ, **TOKEN_ENV, **RAY_NODE_ENV)
         self.env.pop("RAY_ADDRESS", None)
 
     def _log_text(self):
@@ -114,9 +117,10 @@ class BedCluster:
 
 @pytest.fixture
 def bed_cluster(testbed):
-    temp_dir = local.REPO / "build" / ("raymn-%d" % os.getpid())
-    if len(str(temp_dir)) + len("/hvd-h1") + local.RAY_SOCKET_SUFFIX >= 107:
-        pytest.fail("the checkout's path is too long for Ray's Unix socket paths below %s" % temp_dir)
+    try:
+        temp_dir = temp_dir_for(REPO, "raymn", subdir_length=len("/hvd-h1"))
+    except ValueError as e:
+        pytest.fail(str(e))
     shutil.rmtree(temp_dir, ignore_errors=True)
     temp_dir.mkdir(parents=True)
     saved = {k: os.environ.get(k) for k in list(TOKEN_ENV) + ["RAY_ADDRESS"]}
@@ -131,7 +135,7 @@ def bed_cluster(testbed):
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        left = local._stop_cluster(cluster.popens, temp_dir)
+        left = stop_cluster(cluster.popens, temp_dir)
         for log in cluster.logs:
             log.close()
         for k, v in saved.items():
