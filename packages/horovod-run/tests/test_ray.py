@@ -957,3 +957,24 @@ def test_docs_example_runs_as_written(cluster):
     lines = [line for line in out.stdout.splitlines() if line.startswith("rank ")]
     assert [line.split()[1] for line in lines] == ["0", "1"], out.stdout
     assert len({line.rsplit(" ", 1)[1] for line in lines}) == 1  # the same parameters' digest
+
+
+def test_elastic_own_discovery(cluster):
+    """override_discovery=False: the caller's HostDiscovery (the launcher's FixedHosts), its host
+    pinned through Ray's node:<ip> resource; with nics given, one host is enough to start."""
+    from horovod.runner.elastic.discovery import FixedHosts
+    settings = RayExecutor.create_settings(timeout_s=60, nics={"lo"})
+    executor = RayExecutor(settings, min_workers=2, elastic_timeout=60, override_discovery=False)
+    with pytest.raises(ValueError, match="settings.discovery"):
+        executor.start()
+    settings.discovery = FixedHosts({cluster.node_ip: 2})
+    executor.start()
+    try:
+        results = executor.run(_job_facts)
+    finally:
+        executor.shutdown()
+    seen = [(r["rank"], r["env"]["HOROVOD_HOSTNAME"], r["env"]["HOROVOD_GLOO_IFACE"]) for r in results]
+    assert seen == [(0, cluster.node_ip, "lo"), (1, cluster.node_ip, "lo")]
+    expected_sum = sum(np.arange(6, dtype=np.float64) * (r + 1) + r for r in range(2))
+    for r in results:
+        np.testing.assert_array_equal(np.array(r["sum"]), expected_sum)

@@ -167,7 +167,7 @@ class ElasticAdapter(Adapter):
     def __init__(self, settings, params: ElasticParams):
         self.settings = settings
         self.params = params
-        self.discovery = settings.discovery
+        self.discovery = getattr(settings, "discovery", None)
         if self.discovery is None:
             raise ValueError("an elastic Ray job needs settings.discovery (a HostDiscovery) when "
                              "override_discovery is False")
