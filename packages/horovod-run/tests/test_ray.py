@@ -968,9 +968,12 @@ def test_elastic_own_discovery(cluster):
     with pytest.raises(ValueError, match="settings.discovery"):
         executor.start()
     settings.discovery = FixedHosts({cluster.node_ip: 2})
-    executor.start()
+    executor.start(executable_cls=Counter, executable_args=[5])
     try:
         results = executor.run(_job_facts)
+        # execute: fn(executable) in every worker; each job's workers are new actors.
+        assert executor.execute(lambda c: c.bump()) == [6, 6]
+        assert executor.execute(lambda c: (c.bump(), os.environ["HOROVOD_RANK"])) == [(6, "0"), (6, "1")]
     finally:
         executor.shutdown()
     seen = [(r["rank"], r["env"]["HOROVOD_HOSTNAME"], r["env"]["HOROVOD_GLOO_IFACE"]) for r in results]
