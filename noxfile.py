@@ -236,7 +236,8 @@ def run_tests(session: nox.Session, package: str, requirements: list[str], extra
 def tests(session: nox.Session, package: str) -> None:
     """Run one package's tests against its installed wheel (horovod.ray's in tests-ray,
     horovod.spark's in tests-spark)."""
-    ignore = ("tests/test_ray.py", "tests/test_spark.py") if package == "horovod-run" else ()
+    ignore = (("tests/test_ray.py", "tests/test_ray_multinode.py", "tests/test_spark.py")
+              if package == "horovod-run" else ())
     run_tests(session, package, TESTS[package], ignore=ignore)
 
 
@@ -256,6 +257,8 @@ for _name in FRAMEWORK_TESTS:
 
 # Ray, for horovod.ray's tests: the release they are run on (the `ray` extra asks only for >= 2.10).
 RAY = "ray==2.60.*"
+# The digits data set of the multi-node Ray test and docs/examples/ray (sklearn.datasets.load_digits).
+SCIKIT_LEARN = "scikit-learn==1.9.*"
 
 
 @nox.session(name="tests-ray", tags=["tests"])
@@ -263,8 +266,8 @@ def tests_ray(session: nox.Session) -> None:
     """horovod.ray (horovod-run[ray]) in a virtualenv of its own: tests/test_ray.py starts a local
     Ray cluster and stops it by PID. The workers' collectives run on numpy arrays through
     horovod.common, so no framework is installed."""
-    run_tests(session, "horovod-run", [RAY, "numpy"], extras="ray,test", tests="tests/test_ray.py",
-              temp_name="horovod-run-ray")
+    run_tests(session, "horovod-run", [RAY, "numpy", SCIKIT_LEARN], extras="ray,test",
+              tests=("tests/test_ray.py", "tests/test_ray_multinode.py"), temp_name="horovod-run-ray")
 
 
 # PySpark, for horovod.spark's tests: the release they are run on (the `spark` extra asks only for >= 4.0).

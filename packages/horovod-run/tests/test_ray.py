@@ -14,7 +14,6 @@ import importlib.util
 import json
 import os
 import pathlib
-import secrets
 import shutil
 import signal
 import socket
@@ -26,13 +25,13 @@ import traceback
 
 import pytest
 
+from horovod_testing.ray_cluster import (RAY_NODE_ENV, STOP_TIMEOUT_S, stop_cluster,
+                                         temp_dir_for, token_env)
+
 if importlib.util.find_spec("ray") is not None:
-    # Ray reads its authentication mode and token once, when it is imported: the driver (this
-    # process) and the nodes started below share this token.
+    # Before Ray is imported: the driver (this process) and the nodes started below share a token.
     SAVED_ENV = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
-    os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
-    os.environ.pop("RAY_ADDRESS", None)
+    token_env()
 
 ray = pytest.importorskip("ray")
 
@@ -49,10 +48,6 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 CPUS_PER_NODE = 2
 NODES = 2
 START_TIMEOUT_S = 90
-STOP_TIMEOUT_S = 15
-# Longest Unix socket path Ray builds below its temp dir: session_<date>_<time>_<us>_<pid>/sockets/plasma_store.
-RAY_SOCKET_SUFFIX = len("/session_2026-11-25_19-19-31_123456_1234567/sockets/plasma_store")
-
 
 def _free_port():
     with socket.socket() as s:
@@ -61,79 +56,12 @@ def _free_port():
 
 
 def _ray_temp_dir():
-    """build/ray-<pid> in the repository, or ~/.cache/hvd-ray-<pid> when the repository's path is
-    too long for the Unix sockets Ray makes below it (< 107 bytes)."""
-    pid = os.getpid()
-    for path in (REPO / "build" / ("ray-%d" % pid), pathlib.Path.home() / ".cache" / ("hvd-ray-%d" % pid)):
-        if len(str(path)) + RAY_SOCKET_SUFFIX < 107:
-            return path
-    pytest.fail("no folder for Ray's files is short enough for Unix socket paths (< 107 bytes): %s" % path)
-
-
-def _alive(proc):
+    """build/ray-<pid> in the repository (~/.cache/hvd-ray-<pid> when the checkout's path is too
+    long for the Unix sockets Ray makes below it)."""
     try:
-        return proc.is_running() and proc.status() != "zombie"
-    except Exception:  # gone
-        return False
-
-
-def _processes_of(popens, temp_dir):
-    """Every process of the cluster: the `ray start` processes, their descendants, and any
-    process whose command line names this cluster's temp dir (reparented daemons)."""
-    import psutil
-    found = {}
-    for popen in popens:
-        try:
-            top = psutil.Process(popen.pid)
-        except psutil.NoSuchProcess:
-            continue
-        found[top.pid] = top
-        for child in top.children(recursive=True):
-            found[child.pid] = child
-    for proc in psutil.process_iter(["cmdline"]):
-        if any(str(temp_dir) in part for part in (proc.info["cmdline"] or [])):
-            found.setdefault(proc.pid, proc)
-    found.pop(os.getpid(), None)
-    return [p for p in found.values() if _alive(p)]
-
-
-def _stop_cluster(popens, temp_dir):
-    """TERM everything but the GCS, then the GCS, then KILL what is left; return what survived."""
-    import psutil
-    procs = _processes_of(popens, temp_dir)
-
-    def name(p):
-        try:
-            return p.name()
-        except psutil.Error:
-            return ""
-
-    names = {p.pid: name(p) for p in procs}
-    gcs = [p for p in procs if "gcs_server" in names[p.pid]]
-    for wave in ([p for p in procs if p not in gcs], gcs):
-        for p in wave:
-            try:
-                p.send_signal(signal.SIGTERM)
-            except psutil.Error:
-                pass
-        psutil.wait_procs(wave, timeout=STOP_TIMEOUT_S)
-    for p in _processes_of(popens, temp_dir):
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    for popen in popens:
-        try:
-            popen.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pass
-    time.sleep(0.5)
-    # What ran when the stop began (is_running() compares creation times: a reused PID is not
-    # taken for it), and anything naming the temp dir since.
-    left = {p.pid: p for p in procs if _alive(p)}
-    left.update((p.pid, p) for p in _processes_of(popens, temp_dir))
-    print("stopped %d Ray processes: %s" % (len(procs), ", ".join(sorted(names.values()))))
-    return list(left.values())
+        return temp_dir_for(REPO, "ray")
+    except ValueError as e:
+        pytest.fail(str(e))
 
 
 class Cluster:
@@ -163,7 +91,8 @@ class Cluster:
             args += ["--head", "--port=%d" % self.port, "--include-dashboard=false", "--temp-dir=%s" % self.temp_dir]
         else:
             args += ["--address=%s" % self.address]
-        popen = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        popen = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 env=dict(os.environ, **RAY_NODE_ENV))
         self.popens.append(popen)
         deadline = time.monotonic() + START_TIMEOUT_S
         while host == 0:
@@ -193,6 +122,17 @@ class Cluster:
                     self.node_of_host[int(key.rpartition("_")[2])] = node["NodeID"]
 
 
+    def wait_node_dead(self, node_id):
+        """Wait until Ray no longer lists node ``node_id`` as alive (a stopped node), so that the
+        next test finds the cluster it expects."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while any(n["NodeID"] == node_id and n.get("Alive", n.get("alive")) for n in ray.nodes()):
+            if time.monotonic() > deadline:
+                raise AssertionError("Ray still lists the stopped node %s as alive after %d s"
+                                     % (node_id, START_TIMEOUT_S))
+            time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 def cluster():
     temp_dir = _ray_temp_dir()
@@ -208,7 +148,7 @@ def cluster():
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        left = _stop_cluster(c.popens, temp_dir)
+        left = stop_cluster(c.popens, temp_dir)
         for log in c.logs:
             log.close()
         for k, v in SAVED_ENV.items():
@@ -318,8 +258,16 @@ def test_bad_arguments():
         RayExecutor(s, num_workers=2, min_workers=1)
     with pytest.raises(ValueError, match="max_workers"):
         RayExecutor(s, max_workers=2)
-    with pytest.raises(NotImplementedError, match="elastic"):
-        RayExecutor(s, min_workers=1)
+    with pytest.raises(ValueError, match="min_workers must be a positive integer"):
+        RayExecutor(s, min_workers=0)
+    with pytest.raises(ValueError, match="max_workers must be an integer of at least min_workers=3"):
+        RayExecutor(s, min_workers=3, max_workers=2)
+    with pytest.raises(ValueError, match="num_hosts is for static jobs"):
+        RayExecutor(s, min_workers=1, num_hosts=2)
+    with pytest.raises(ValueError, match="cooldown"):
+        RayExecutor(s, min_workers=1, cooldown_range=(5, 1))
+    with pytest.raises(ValueError, match="cpus_per_worker > 0"):
+        RayExecutor(s, min_workers=1, cpus_per_worker=0)
     # Accepted: num_workers_per_host=None beside num_workers, and gpus_per_worker defaults to use_gpu.
     assert RayExecutor(s, num_workers=2, num_workers_per_host=None).params.gpus_per_worker == 0
     assert RayExecutor(s, num_workers=2, use_gpu=True).params.gpus_per_worker == 1
@@ -598,3 +546,438 @@ def test_lost_node_ends_run(cluster):
                 or "lost its connection to rank %d " % lost in shown), shown
     finally:
         executor.shutdown()
+    cluster.wait_node_dead(cluster.node_of_host[2])
+
+
+# ---------------------------------------------------------------------------------------------
+# Elastic mode (spec ray.md §7, §8): an SGD training whose state is a horovod.common ObjectState,
+# committed after every step; the workers report each step through ray_logger to the test's
+# callback, which drives the schedule (kill a worker, add a node, stop it) and finally creates the
+# gate file that tells rank 0 to end the training. The result must equal a numpy replay of as
+# many full-batch steps.
+
+ELASTIC_N, ELASTIC_BATCH, ELASTIC_LR = 240, 12, 0.05  # 12 rows per step: divisible by 2, 3, 4, 6 ranks
+ELASTIC_MAX_STEPS = 3000
+ELASTIC_JOB_TIMEOUT_S = 240
+
+
+def _elastic_data():
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((ELASTIC_N, 3))
+    y = X @ np.array([1.5, -2.0, 0.5]) + 0.1
+    return X, y
+
+
+def _elastic_batch(step):
+    return (np.arange(ELASTIC_BATCH) + step * ELASTIC_BATCH) % ELASTIC_N
+
+
+def _elastic_grad(w, X, y):
+    """Gradient of the squared error summed over the rows of X: (weights, bias)."""
+    err = X @ w[:3] + w[3] - y
+    return 2 * np.concatenate([X.T @ err, [err.sum()]])
+
+
+def _elastic_reference(steps):
+    X, y = _elastic_data()
+    w = np.zeros(4)
+    for step in range(steps):
+        idx = _elastic_batch(step)
+        w = w - ELASTIC_LR * _elastic_grad(w, X[idx], y[idx]) / ELASTIC_BATCH
+    return w
+
+
+def _elastic_train(gate, min_steps, step_sleep_s):
+    """The workers' function: hvd.elastic-style training through horovod.common only."""
+    import pickle
+
+    from horovod.common import elastic, ops
+    from horovod.common.basics import HorovodBasics
+    from horovod.ray import ray_logger
+
+    hvd = HorovodBasics()
+    hvd.init()
+
+    def bcast_object(obj):
+        data = np.frombuffer(pickle.dumps(obj), np.uint8).copy() if hvd.rank() == 0 else None
+        n = np.array([0 if data is None else data.size], np.int64)
+        ops.wait(ops.broadcast_async(ops.new_handle(), [n], ["test.bcast.n"], 0))
+        if data is None:
+            data = np.zeros(int(n[0]), np.uint8)
+        ops.wait(ops.broadcast_async(ops.new_handle(), [data], ["test.bcast.data"], 0))
+        return pickle.loads(data.tobytes())
+
+    def reset():
+        hvd.shutdown()
+        hvd.init()
+
+    def train(state):
+        X, y = _elastic_data()
+        while state.step < ELASTIC_MAX_STEPS:
+            idx = _elastic_batch(state.step)[hvd.rank()::hvd.size()]
+            stop = float(hvd.rank() == 0 and state.step >= min_steps and os.path.exists(gate))
+            buf = np.concatenate([_elastic_grad(state.w, X[idx], y[idx]), [stop]])
+            ops.wait(ops.allreduce_async(ops.new_handle(), [buf], [buf], ["test.grad"], HorovodBasics.Sum))
+            state.w = state.w - ELASTIC_LR * buf[:4] / ELASTIC_BATCH
+            state.step += 1
+            ray_logger.log({"rank": hvd.rank(), "size": hvd.size(), "step": state.step, "pid": os.getpid(),
+                            "node": ray.get_runtime_context().get_node_id()})
+            state.commit()
+            if buf[4] > 0:
+                break
+            time.sleep(step_sleep_s)
+        return {"w": state.w.tolist(), "step": state.step, "rank": hvd.rank(), "size": hvd.size(),
+                "local_size": hvd.local_size(), "cross_size": hvd.cross_size()}
+
+    state = elastic.ObjectState(bcast_object, hvd.rank, w=np.zeros(4), step=0)
+    return elastic.run_fn(train, reset)(state)
+
+
+class Schedule:
+    """The records the workers send, and a thread that waits for conditions on them."""
+
+    def __init__(self, gate):
+        self.gate = gate
+        self.records = []
+        self.cond = threading.Condition()
+        self.error = None
+
+    def __call__(self, record):
+        with self.cond:
+            self.records.append(record)
+            self.cond.notify_all()
+
+    def wait_for(self, predicate, what, timeout_s=ELASTIC_JOB_TIMEOUT_S / 2):
+        """The first record satisfying ``predicate``, waiting up to ``timeout_s`` for it."""
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while True:
+                for record in self.records:
+                    if predicate(record):
+                        return record
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("no worker reported %s within %d s; sizes seen: %s"
+                                         % (what, timeout_s, sorted({r["size"] for r in self.records})))
+                self.cond.wait(min(left, 1.0))
+
+    def run(self, steps):
+        """Run ``steps`` (a function) in a thread; the gate is opened when it ends, even on error,
+        so that the training never outlives the test."""
+        def body():
+            try:
+                steps()
+            except BaseException as e:
+                self.error = e
+            finally:
+                pathlib.Path(self.gate).touch()
+        thread = threading.Thread(target=body, daemon=True)
+        thread.start()
+        return thread
+
+
+def _check_elastic_results(results, size):
+    assert [r["rank"] for r in results] == list(range(size)), results
+    assert {r["size"] for r in results} == {size}
+    steps = {r["step"] for r in results}
+    assert len(steps) == 1, results
+    expected = _elastic_reference(steps.pop())
+    for r in results:
+        # Identical on every rank, and equal to the single-process replay.
+        assert r["w"] == results[0]["w"]
+        np.testing.assert_allclose(r["w"], expected, rtol=1e-9, atol=1e-12)
+
+
+def test_ray_host_discovery(cluster):
+    from horovod.ray.elastic_v2 import RayHostDiscovery
+    nodes = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    found = RayHostDiscovery(cpus_per_worker=1).find_available_hosts_and_slots()
+    assert {h: s for h, s in found.items() if h in cluster.node_of_host.values()} == \
+        {cluster.node_of_host[h]: CPUS_PER_NODE for h in range(NODES)}
+    assert set(found) <= nodes
+    assert set(RayHostDiscovery(cpus_per_worker=2).find_available_hosts_and_slots().values()) <= {1}
+    assert RayHostDiscovery(use_gpu=True).find_available_hosts_and_slots() == {}  # no GPUs here
+    with pytest.raises(ValueError, match="cpus_per_worker > 0"):
+        RayHostDiscovery(cpus_per_worker=0)
+
+
+def test_elastic_killed_worker(cluster, tmp_path):
+    """4 workers on 2 nodes; one is SIGKILLed mid-training: its node is blacklisted and the 2
+    workers of the other node restore the last commit and finish."""
+    gate = str(tmp_path / "gate")
+    schedule = Schedule(gate)
+    settings = RayExecutor.create_settings(timeout_s=60)
+    executor = RayExecutor(settings, min_workers=2, max_workers=4, cpus_per_worker=1, elastic_timeout=60)
+    executor.start()
+
+    def steps():
+        victim = schedule.wait_for(lambda r: r["size"] == 4 and r["step"] >= 5 and r["rank"] == 3,
+                                   "step 5 at size 4")
+        os.kill(victim["pid"], signal.SIGKILL)
+        schedule.wait_for(lambda r: r["size"] == 2 and r["step"] >= victim["step"] + 5, "5 steps at size 2")
+
+    try:
+        thread = schedule.run(steps)
+        results = executor.run(_elastic_train, args=[gate, 5, 0.05], callbacks=[schedule])
+        thread.join(30)
+    finally:
+        executor.shutdown()
+    if schedule.error:
+        raise schedule.error
+    _check_elastic_results(results, 2)
+    assert {r["size"] for r in schedule.records} == {4, 2}
+    victim_node = [r for r in schedule.records if r["size"] == 4 and r["rank"] == 3][0]["node"]
+    # The killed worker's node was blacklisted: the other node's two workers finished.
+    assert len({r["node"] for r in schedule.records if r["size"] == 2}) == 1
+    assert victim_node not in {r["node"] for r in schedule.records if r["size"] == 2}
+
+
+def test_elastic_node_added_then_stopped(cluster, tmp_path):
+    """4 workers on 2 nodes; a third node joins (6 workers), then is stopped (every process
+    SIGKILLed): training goes on at 4 and ends with the replay's parameters."""
+    import psutil
+    gate = str(tmp_path / "gate")
+    schedule = Schedule(gate)
+    settings = RayExecutor.create_settings(timeout_s=60)
+    executor = RayExecutor(settings, min_workers=2, max_workers=6, cpus_per_worker=1, elastic_timeout=60)
+    executor.start()
+    added = {}
+
+    def steps():
+        schedule.wait_for(lambda r: r["size"] == 4 and r["step"] >= 5, "step 5 at size 4")
+        added["popen"] = cluster.start_node(3, num_cpus=CPUS_PER_NODE)
+        grown = schedule.wait_for(lambda r: r["size"] == 6 and r["step"] >= 1, "a step at size 6")
+        node = schedule.wait_for(lambda r: r["size"] == 6 and r["node"] not in
+                                 {cluster.node_of_host.get(h) for h in range(NODES)}, "a worker on the new node")
+        added["node"] = node["node"]
+        popen = added["popen"]
+        for proc in [psutil.Process(popen.pid)] + psutil.Process(popen.pid).children(recursive=True):
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        schedule.wait_for(lambda r: r["size"] == 4 and r["step"] >= grown["step"] + 5, "5 steps at size 4 again")
+        popen.wait(timeout=STOP_TIMEOUT_S)
+
+    try:
+        thread = schedule.run(steps)
+        results = executor.run(_elastic_train, args=[gate, 5, 0.05], callbacks=[schedule])
+        thread.join(30)
+    finally:
+        executor.shutdown()
+    if schedule.error:
+        raise schedule.error
+    _check_elastic_results(results, 4)
+    cluster.wait_node_dead(added["node"])
+    sizes = [r["size"] for r in schedule.records if r["rank"] == 0]
+    # 4, then 6, then 4 again, in that order; after the last step at 6, only the first two nodes.
+    assert sizes[0] == 4 and 6 in sizes and sizes[-1] == 4
+    last_at_6 = max(i for i, r in enumerate(schedule.records) if r["size"] == 6)
+    assert {r["size"] for r in schedule.records[last_at_6 + 1:]} == {4}
+    assert added["node"] not in {r["node"] for r in schedule.records[last_at_6 + 1:]}
+
+
+def _every_rank_fails():
+    raise ValueError("planted failure on %s" % os.environ["HOROVOD_HOSTNAME"])
+
+
+def test_elastic_every_worker_fails_and_deprecated_executor(cluster):
+    from horovod.ray import ElasticRayExecutor
+    settings = RayExecutor.create_settings(timeout_s=60)
+    executor = RayExecutor(settings, min_workers=2, max_workers=2, elastic_timeout=60)
+    executor.start()
+    try:
+        with pytest.raises(NotImplementedError, match="execute_single"):
+            executor.execute_single(lambda _: 1)
+        with pytest.raises(NotImplementedError, match="run_remote"):
+            executor.run_remote(lambda: 1)
+        with pytest.raises(RuntimeError, match=r"every worker failed \(.*\[0\], .*\[1\]\)"):
+            executor.run(_every_rank_fails)
+    finally:
+        executor.shutdown()
+
+    # The deprecated executor: worker_fn() with no arguments on every slot (2 nodes x 2).
+    with pytest.warns(DeprecationWarning, match="min_num_proc"):
+        settings = ElasticRayExecutor.create_settings(min_np=2, timeout_s=60, elastic_timeout=60)
+    assert settings.min_num_proc == 2 and settings.max_num_proc is None and len(settings.key) == 32
+    with pytest.warns(DeprecationWarning, match="RayExecutor"):
+        executor = ElasticRayExecutor(settings, cpus_per_slot=1, env_vars={"HVD_RAY_TEST_EXTRA": "v"})
+    executor.start()
+    try:
+        assert executor.driver is not None
+        results = executor.run(lambda: _job_facts() | {"extra": os.environ["HVD_RAY_TEST_EXTRA"]})
+    finally:
+        executor.shutdown()
+    assert [r["rank"] for r in results] == [0, 1, 2, 3]
+    expected_sum = sum(np.arange(6, dtype=np.float64) * (r + 1) + r for r in range(4))
+    for r in results:
+        np.testing.assert_array_equal(np.array(r["sum"]), expected_sum)
+        assert r["extra"] == "v" and r["env"]["HOROVOD_ELASTIC"] == "1"
+        assert (r["local_size"], r["cross_size"]) == (2, 2)
+        assert r["env"]["HOROVOD_HOSTNAME"] == r["node"]
+
+
+# ---------------------------------------------------------------------------------------------
+# ray_logger callbacks in static mode (elastic mode: the tests above drive their schedules by them).
+
+def _report_three():
+    from horovod.ray import ray_logger
+    for i in range(3):
+        ray_logger.log({"rank": int(os.environ["HOROVOD_RANK"]), "i": i})
+    return "done"
+
+
+def _log_unconfigured():
+    import warnings
+
+    from horovod.ray import ray_logger
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ray_logger.log({"dropped": 1})
+        ray_logger.log({"dropped": 2})
+    return [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+
+
+def test_ray_logger_static(cluster):
+    from horovod.ray import ray_logger
+    with pytest.raises(ValueError, match="takes a dict"):
+        ray_logger.log(["not", "a", "dict"])
+    records, records2 = [], []
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=60), num_workers=2)
+    executor.start(executable_cls=Counter, executable_args=[0])
+    try:
+        assert executor.run(_report_three, callbacks=[records.append, records2.append]) == ["done", "done"]
+        # Every record reached every callback; each worker's records in the order it sent them.
+        assert records == records2
+        for rank in range(2):
+            assert [r["i"] for r in records if r["rank"] == rank] == [0, 1, 2]
+        assert len(records) == 6
+        assert executor.execute(lambda _: _report_three(), callbacks=[records.append]) == ["done", "done"]
+        assert len(records) == 12
+        # Without callbacks the records are dropped, with one warning per process.
+        warned = executor.run(_log_unconfigured)
+        assert [len(w) for w in warned] == [1, 1] and "not configured" in warned[0][0]
+    finally:
+        executor.shutdown()
+
+
+# ---------------------------------------------------------------------------------------------
+# The names Ray Train's Horovod backend imports (spec ray.md §9): ray.train.horovod.config
+# (Ray 2.x, Train V1) imports horovod.ray.runner.Coordinator, horovod.ray.utils.detect_nics and
+# nics_to_env_var, and horovod.runner.common.util.secret/timeout. Installing ray[train] would
+# pull in pyarrow, pandas and fsspec, so this test follows the steps of its _HorovodBackend.on_start
+# with a settings class that has HorovodConfig's fields, on actors of our own.
+
+def test_ray_train_backend_steps(cluster):
+    import dataclasses
+    from typing import Optional
+
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from horovod.ray.runner import Coordinator
+    from horovod.ray.utils import detect_nics, nics_to_env_var
+    from horovod.ray.worker import BaseHorovodWorker
+    from horovod.runner.common.util import secret, timeout
+
+    @dataclasses.dataclass
+    class TrainStyleConfig:
+        nics: Optional[set] = None
+        verbose: int = 1
+        key: Optional[str] = None
+        ssh_port: Optional[int] = None
+        ssh_identity_file: Optional[str] = None
+        ssh_str: Optional[str] = None
+        timeout_s: int = 300
+        placement_group_timeout_s: int = 100
+
+        @property
+        def start_timeout(self):
+            return timeout.Timeout(self.timeout_s, message="Timed out waiting for {activity}.")
+
+        def __post_init__(self):
+            if self.key is None:
+                self.key = secret.make_secret_key()
+
+    class ExecuteOnly:
+        """A node worker as Ray Train hands it to detect_nics: only ``.execute.remote(fn)``,
+        which calls ``fn()`` without arguments."""
+
+        def __init__(self, actor):
+            self._actor = actor
+
+        @property
+        def execute(self):
+            actor = self._actor
+
+            class Handle:
+                def remote(self, func, *args, **kwargs):
+                    return actor.execute.remote(lambda _executable: func(*args, **kwargs))
+            return Handle()
+
+    config = TrainStyleConfig(timeout_s=60)
+    node_of_rank = [cluster.node_of_host[0], cluster.node_of_host[1], cluster.node_of_host[0],
+                    cluster.node_of_host[1]]
+    workers = [ray.remote(BaseHorovodWorker).options(
+        num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+        for node in node_of_rank]
+    coordinator = Coordinator(config)
+    try:
+        node_ids = ray.get([w.node_id.remote() for w in workers])
+        hostnames = ray.get([w.hostname.remote() for w in workers])
+        assert node_ids == node_of_rank
+        ray.get([w.update_env_vars.remote({"HOROVOD_HOSTNAME": node, "HOROVOD_RANK": rank, "HOROVOD_SIZE": 4})
+                 for rank, (w, node) in enumerate(zip(workers, node_ids, strict=True))])
+        for rank, (hostname, node_id) in enumerate(zip(hostnames, node_ids, strict=True)):
+            coordinator.register(hostname, node_id, rank)
+        all_info = coordinator.finalize_registration()
+        ray.get([workers[rank].update_env_vars.remote(env) for rank, env in all_info.items()])
+        coordinator_envs = coordinator.establish_rendezvous()
+        # Ray Train takes one worker per Ray node and asserts there are as many as host names;
+        # both nodes of this cluster are on one machine (one host name), so one worker here.
+        node_workers = [ExecuteOnly(workers[hostnames.index(host)]) for host in coordinator.hostnames]
+        nics = detect_nics(config, all_host_names=list(coordinator.hostnames), node_workers=node_workers)
+        coordinator_envs.update(nics_to_env_var(nics))
+        ray.get([w.update_env_vars.remote(coordinator_envs) for w in workers])
+        results = ray.get([w.execute.remote(lambda _: _job_facts()) for w in workers], timeout=120)
+    finally:
+        coordinator.shutdown()
+        for w in workers:
+            ray.kill(w)
+    _check_job(results, 4)
+    assert [r["cross_size"] for r in results] == [2] * 4 and [r["local_rank"] for r in results] == [0, 0, 1, 1]
+
+
+def test_docs_example_runs_as_written(cluster):
+    """docs/examples/ray/ray_digits.py, its command line as docs/ray.md shows it, against this
+    cluster (a driver process of its own)."""
+    example = REPO / "docs" / "examples" / "ray" / "ray_digits.py"
+    out = subprocess.run([sys.executable, str(example), "--address", cluster.address, "--num-workers", "2",
+                          "--epochs", "3"], capture_output=True, text=True, timeout=300, cwd=str(REPO / "build"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.startswith("rank ")]
+    assert [line.split()[1] for line in lines] == ["0", "1"], out.stdout
+    assert len({line.rsplit(" ", 1)[1] for line in lines}) == 1  # the same parameters' digest
+
+
+def test_elastic_own_discovery(cluster):
+    """override_discovery=False: the caller's HostDiscovery (the launcher's FixedHosts), its host
+    pinned through Ray's node:<ip> resource; with nics given, one host is enough to start."""
+    from horovod.runner.elastic.discovery import FixedHosts
+    settings = RayExecutor.create_settings(timeout_s=60, nics={"lo"})
+    executor = RayExecutor(settings, min_workers=2, elastic_timeout=60, override_discovery=False)
+    with pytest.raises(ValueError, match="settings.discovery"):
+        executor.start()
+    settings.discovery = FixedHosts({cluster.node_ip: 2})
+    executor.start(executable_cls=Counter, executable_args=[5])
+    try:
+        results = executor.run(_job_facts)
+        # execute: fn(executable) in every worker; each job's workers are new actors.
+        assert executor.execute(lambda c: c.bump()) == [6, 6]
+        assert executor.execute(lambda c: (c.bump(), os.environ["HOROVOD_RANK"])) == [(6, "0"), (6, "1")]
+    finally:
+        executor.shutdown()
+    seen = [(r["rank"], r["env"]["HOROVOD_HOSTNAME"], r["env"]["HOROVOD_GLOO_IFACE"]) for r in results]
+    assert seen == [(0, cluster.node_ip, "lo"), (1, cluster.node_ip, "lo")]
+    expected_sum = sum(np.arange(6, dtype=np.float64) * (r + 1) + r for r in range(2))
+    for r in results:
+        np.testing.assert_array_equal(np.array(r["sum"]), expected_sum)

@@ -20,6 +20,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from horovod.common.rendezvous import SECRET_ENV, RendezvousServer, make_secret_key
+from horovod.ray import ray_logger
 from horovod.ray.adapter import Adapter, BaseParams
 from horovod.ray.strategy import ColocatedStrategy, PGStrategy
 from horovod.ray.utils import detect_nics, map_blocking, nics_to_env_var
@@ -115,8 +116,10 @@ class Coordinator:
     def establish_rendezvous(self, nics: Optional[List[str]] = None) -> Dict[str, str]:
         """Start the rendezvous server (a new secret, in :attr:`secret`) for the registered ranks;
         return the workers' rendezvous and controller variables (with ``nics``: also
-        ``HOROVOD_GLOO_IFACE`` and ``NCCL_SOCKET_IFNAME``). The address is this process's Ray
-        node IP."""
+        ``HOROVOD_GLOO_IFACE`` and ``NCCL_SOCKET_IFNAME``), and the secret (hex) under
+        ``_HOROVOD_SECRET_KEY``, without which the server refuses the workers: callers that
+        copy the returned variables into the workers (Ray Train's Horovod backend does) thereby
+        give them the secret. The address is this process's Ray node IP."""
         self.secret = make_secret_key()
         self.rendezvous = RendezvousServer(verbose=max(0, (self.settings.verbose or 0) - 1), secret=self.secret)
         port = self.rendezvous.start()
@@ -125,6 +128,7 @@ class Coordinator:
         if not nics:
             for name in nics_to_env_var([""]):
                 del run_vars[name]
+        run_vars[SECRET_ENV] = self.secret.hex()
         return run_vars
 
     def shutdown(self):
@@ -275,13 +279,32 @@ class StaticAdapter(Adapter):
         call = functools.partial(_call, fn, list(args or []), dict(kwargs or {}))
         return [w.execute.remote(call) for w in self.workers]
 
+    def _with_callbacks(self, callbacks, submit, what):
+        """``submit()`` (object refs in rank order) gathered, with the workers' ray_logger records
+        delivered to ``callbacks`` meanwhile."""
+        pump = ray_logger.start_pump(callbacks)
+        if pump is None:
+            return self._gather(submit(), what)
+        try:
+            ray.get([w.set_queue.remote(pump.queue) for w in self.workers])
+            try:
+                return self._gather(submit(), what)
+            finally:
+                try:
+                    ray.get([w.set_queue.remote(None) for w in self.workers], timeout=10)
+                except (RayError, GetTimeoutError):
+                    pass
+        finally:
+            pump.stop()
+
     def run(self, fn: Callable[..., Any], args: Optional[List] = None, kwargs: Optional[Dict] = None,
             callbacks: Optional[List[Callable]] = None) -> List[Any]:
-        return self._gather(self.run_remote(fn, args, kwargs), "run()")
+        self._require_started()
+        return self._with_callbacks(callbacks, lambda: self.run_remote(fn, args, kwargs), "run()")
 
     def execute(self, fn: Callable[[Any], Any], callbacks: Optional[List[Callable]] = None) -> List[Any]:
         self._require_started()
-        return self._gather([w.execute.remote(fn) for w in self.workers], "execute()")
+        return self._with_callbacks(callbacks, lambda: [w.execute.remote(fn) for w in self.workers], "execute()")
 
     def execute_single(self, fn: Callable[[Any], Any]) -> Any:
         self._require_started()
@@ -317,9 +340,19 @@ class RayExecutor:
         gpus_per_worker: GPUs per worker; only with ``use_gpu``.
         use_current_placement_group: when this code runs inside a placement group, put the
             workers there (any bundle) instead of creating one.
-        min_workers, max_workers, reset_limit, cooldown_range, elastic_timeout, override_discovery:
-            the elastic mode, which is not implemented yet (``min_workers`` raises
-            ``NotImplementedError``).
+        min_workers: makes the job elastic: it trains with at least this many workers, one per
+            slot of the Ray nodes (``CPU // cpus_per_worker``, capped by the GPUs with
+            ``use_gpu``), and survives workers and nodes coming and going (see
+            :mod:`horovod.ray.elastic_v2`). Exclusive with ``num_workers`` and ``num_hosts``.
+        max_workers: the most workers of an elastic job (default: every slot).
+        reset_limit: the most resets of an elastic job before it fails (default: no limit).
+        cooldown_range: ``(lower, upper)`` seconds (1 <= lower <= upper <= 3600) after which a
+            node blacklisted for a failed worker is used again (default: never).
+        elastic_timeout: seconds an elastic job waits for ``min_workers`` slots before it fails.
+        override_discovery: discover the hosts from the Ray cluster
+            (:class:`~horovod.ray.elastic_v2.RayHostDiscovery`, set as ``settings.discovery``);
+            False keeps the ``settings.discovery`` the caller set (a runner ``HostDiscovery``
+            whose host names are Ray nodes' ``node:<host>`` resources).
 
     Raises:
         ValueError: inconsistent or invalid arguments.
@@ -336,8 +369,22 @@ class RayExecutor:
             raise ValueError("Both min_workers and num_workers provided: give num_workers for a static job "
                              "or min_workers (and max_workers) for an elastic one, not both.")
         if min_workers is not None:
-            raise NotImplementedError("elastic Ray jobs (RayExecutor(min_workers=...)) are not implemented yet "
-                                      "in this version of horovod.ray; use num_workers or num_hosts")
+            from horovod.ray.elastic_v2 import ElasticParams, RayHostDiscovery
+            if num_hosts is not None:
+                raise ValueError("num_hosts is for static jobs; an elastic job (min_workers) uses every Ray node "
+                                 "with free slots")
+            self.settings = settings
+            self.settings.elastic = True
+            self.params = ElasticParams(cpus_per_worker=cpus_per_worker, use_gpu=use_gpu,
+                                        gpus_per_worker=gpus_per_worker, min_workers=min_workers,
+                                        max_workers=max_workers, reset_limit=reset_limit,
+                                        cooldown_range=cooldown_range, elastic_timeout=elastic_timeout,
+                                        override_discovery=override_discovery)
+            if override_discovery:
+                settings.discovery = RayHostDiscovery(use_gpu=use_gpu, cpus_per_worker=cpus_per_worker,
+                                                      gpus_per_worker=self.params.gpus_per_worker or 1)
+            self.adapter = None
+            return
         if num_workers is not None and num_hosts is not None:
             raise ValueError("give either num_workers or num_hosts (with num_workers_per_host), not both")
         if num_workers_per_host is None:
@@ -386,13 +433,23 @@ class RayExecutor:
         """Place the workers, make them one Horovod job, and create ``executable_cls(*args, **kwargs)``
         in each (the object :meth:`execute` hands to its functions).
 
+        Elastic mode: start the rendezvous server and the elastic driver, wait for
+        ``min_workers`` slots (on 2 nodes unless ``nics`` was given, to find the network
+        interface) and choose the interface; the workers are created by each :meth:`run`.
+
         Raises:
             TimeoutError: the placement group was not placed within ``placement_group_timeout_s``,
                 or the workers did not start within ``timeout_s``.
+            horovod.runner.common.util.timeout.TimeoutException: elastic mode, fewer than
+                ``min_workers`` slots for ``elastic_timeout`` seconds.
         """
         if self.adapter is not None:
             raise RuntimeError("the RayExecutor is already started; call shutdown() first")
-        self.adapter = StaticAdapter(self.settings, self.params)
+        if self.params.elastic:
+            from horovod.ray.elastic_v2 import ElasticAdapter
+            self.adapter = ElasticAdapter(self.settings, self.params)
+        else:
+            self.adapter = StaticAdapter(self.settings, self.params)
         try:
             self.adapter.start(executable_cls, executable_args, executable_kwargs, extra_env_vars)
         except BaseException:
@@ -411,13 +468,22 @@ class RayExecutor:
         A failure is raised as soon as Ray reports it: the exception of a worker's function (Ray's
         error, an instance of the original exception type too, with the worker's traceback), or
         Ray's actor error when a worker's actor died. A note on it names the rank.
-        ``callbacks`` are accepted and ignored in static mode.
+        ``callbacks``: functions of one dict, called in this process with every record the
+        workers send with :func:`horovod.ray.ray_logger.log`, in order of arrival.
+
+        Elastic mode: one elastic job, over as many rounds as the driver needs; the values of
+        the workers of the last round, sorted by their rank then. Raises ``RuntimeError`` with
+        the driver's reason when it gave up (reset limit, every worker failed, no host left),
+        or naming the first worker (``<node>[<local rank>]``) that failed, with its error.
+        ``horovod.runner.common.util.timeout.TimeoutException`` when fewer than ``min_workers`` slots were
+        available for ``elastic_timeout`` seconds.
         """
         return self._adapter().run(fn, args, kwargs, callbacks)
 
     def run_remote(self, fn: Callable[..., Any], args: Optional[List] = None,
                    kwargs: Optional[Dict] = None) -> List[Any]:
-        """Like :meth:`run` without waiting: one Ray object ref per rank, in rank order."""
+        """Like :meth:`run` without waiting: one Ray object ref per rank, in rank order.
+        ``NotImplementedError`` in elastic mode (its workers come and go)."""
         return self._adapter().run_remote(fn, args, kwargs)
 
     def execute(self, fn: Callable[[Any], Any], callbacks: Optional[List[Callable]] = None) -> List[Any]:
@@ -425,7 +491,8 @@ class RayExecutor:
         return self._adapter().execute(fn, callbacks)
 
     def execute_single(self, fn: Callable[[Any], Any]) -> Any:
-        """``fn(executable)`` on rank 0 only; its result."""
+        """``fn(executable)`` on rank 0 only; its result. ``NotImplementedError`` in elastic mode
+        (use :meth:`execute`)."""
         return self._adapter().execute_single(fn)
 
     def shutdown(self):

@@ -72,5 +72,8 @@ class BaseHorovodWorker:
             raise
 
     def set_queue(self, queue):
-        """Keep ``queue`` (a ``ray.util.queue.Queue``) for the callbacks of ``horovod.ray``."""
+        """Send this worker's :func:`horovod.ray.ray_logger.log` records to ``queue`` (a
+        ``ray.util.queue.Queue`` drained by the driver's callbacks; None: drop them)."""
+        from horovod.ray import ray_logger
         self._queue = queue
+        ray_logger.configure(queue)
