@@ -459,3 +459,180 @@ def test_killed_executor_ends_run(sc):
     # Every rank process is gone, the killed executor's ones included.
     _, left = psutil.wait_procs([psutil.Process(p) for p in rank_pids if psutil.pid_exists(p)], timeout=15)
     assert not left, "rank processes left: %s" % left
+
+
+# ---------------------------------------------------------------------------------------------
+# run_elastic: a linear regression trained with committed steps; each step's gradient is the
+# mean over one global batch, whatever the number of ranks, so the final weights equal numpy's
+# replay of the same number of full-batch steps.
+
+N_SAMPLES, BATCH, LR = 64, 16, 0.05
+
+
+def _regression_data():
+    rng = np.random.default_rng(1)
+    X = np.hstack([rng.normal(size=(N_SAMPLES, 3)), np.ones((N_SAMPLES, 1))])
+    y = X[:, :3] @ np.array([1.5, -2.0, 0.5]) + 0.1
+    return X, y
+
+
+def _replay(steps):
+    X, y = _regression_data()
+    w = np.zeros(4)
+    for step in range(steps):
+        batch = np.arange(step * BATCH, (step + 1) * BATCH) % N_SAMPLES
+        w -= LR * (2 * (X[batch] @ w - y[batch]) @ X[batch]) / BATCH
+    return w
+
+
+def _bcast_object(obj):
+    """``obj`` of rank 0 on every rank (pickled, its length then its bytes broadcast)."""
+    import pickle
+
+    from horovod.common import ops
+    from horovod.common.basics import HorovodBasics
+    root = HorovodBasics().rank() == 0
+    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy() if root else np.zeros(0, np.uint8)
+    n = np.array([data.size], dtype=np.int64)
+    ops.wait(ops.broadcast_async(ops.new_handle(), [n], ["test.obj.len"], 0))
+    if not root:
+        data = np.zeros(int(n[0]), np.uint8)
+    ops.wait(ops.broadcast_async(ops.new_handle(), [data], ["test.obj.data.%d" % data.size], 0))
+    return pickle.loads(data.tobytes())
+
+
+def _elastic_train(marker_dir, target_size, min_steps, max_steps, fail=None):
+    """Trains until ``min_steps`` steps are committed and the world, after shrinking, is back
+    at ``target_size`` (or ``max_steps``). ``fail``: ``(marker name, rank)``, that rank raises
+    once (``"always"``: at every round)."""
+    from horovod.common import elastic, ops
+    from horovod.common.basics import HorovodBasics
+    hvd = HorovodBasics()
+    hvd.init()
+    pathlib.Path(marker_dir, "pid-%d" % os.getpid()).write_text(os.environ["HOROVOD_HOSTNAME"])
+    X, y = _regression_data()
+    state = elastic.ObjectState(_bcast_object, hvd.rank, w=np.zeros(4), step=0, sizes=[])
+
+    def recovered(sizes):
+        return any(s < target_size for s in sizes) and sizes[-1] == target_size
+
+    def train(state):
+        while state.step < max_steps and not (state.step >= min_steps and recovered(state.sizes)):
+            if fail is not None and hvd.rank() == fail[1] and state.step >= 5:
+                marker = pathlib.Path(marker_dir, fail[0])
+                if fail[0] == "always" or not marker.exists():
+                    marker.write_text("raised")
+                    raise ValueError("rank %d fails on purpose" % hvd.rank())
+            batch = np.arange(state.step * BATCH, (state.step + 1) * BATCH) % N_SAMPLES
+            mine = batch[hvd.rank()::hvd.size()]
+            grad = 2 * (X[mine] @ state.w - y[mine]) @ X[mine]
+            ops.wait(ops.allreduce_async(ops.new_handle(), [grad], [grad], ["test.grad"], HorovodBasics.Sum))
+            state.w = state.w - LR * grad / BATCH
+            state.step += 1
+            if not state.sizes or state.sizes[-1] != hvd.size():
+                state.sizes = state.sizes + [hvd.size()]
+            time.sleep(0.05)
+            state.commit()
+        return {"rank": hvd.rank(), "size": hvd.size(), "w": state.w.tolist(), "step": state.step,
+                "sizes": state.sizes}
+
+    return elastic.run_fn(train, lambda: (hvd.shutdown(), hvd.init()))(state)
+
+
+def _check_elastic(results, size):
+    assert [r["rank"] for r in results] == list(range(size)), results
+    assert all(r["size"] == size for r in results)
+    ws = [r["w"] for r in results]
+    assert all(w == ws[0] for w in ws), "the ranks' weights differ: %s" % ws
+    steps = {r["step"] for r in results}
+    assert len(steps) == 1
+    np.testing.assert_allclose(ws[0], _replay(steps.pop()), rtol=1e-9, atol=1e-12)
+    return results[0]["sizes"]
+
+
+def _kill_executor(executor):
+    """SIGKILL an executor's JVM and its Python workers, by PID."""
+    victims = [executor] + [p for p in executor.children(recursive=True) if "pyspark" in " ".join(p.cmdline())]
+    for proc in victims:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    return victims
+
+
+def test_run_elastic_survives_killed_executor(sc):
+    marker_dir = BASE / "elastic-markers"
+    marker_dir.mkdir()
+    executors = sc.cluster.executors()
+    assert len(executors) == WORKERS
+    outcome = {}
+    out = io.StringIO()
+
+    def go():
+        try:
+            outcome["results"] = horovod.spark.run_elastic(
+                _elastic_train, args=(str(marker_dir), 4, 40, 4000), num_proc=4, min_num_proc=2,
+                max_num_proc=4, start_timeout=60, elastic_timeout=120, verbose=0, stdout=out)
+        except BaseException as e:
+            outcome["error"] = e
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    deadline = time.monotonic() + 90
+    while len(list(marker_dir.glob("pid-*"))) < 4:
+        assert time.monotonic() < deadline and thread.is_alive(), outcome
+        time.sleep(0.2)
+    time.sleep(1)
+    first_pids = [int(p.name[4:]) for p in marker_dir.glob("pid-*")]
+    victims = _kill_executor(executors[0])
+    thread.join(timeout=240)
+    assert not thread.is_alive(), "run_elastic hung after an executor was killed"
+    assert "results" in outcome, outcome.get("error")
+    sizes = _check_elastic(outcome["results"], 4)
+    # The job shrank (to the two ranks left, or three when Spark's new attempt of one lost task had
+    # registered by then), then Spark's new attempts of the lost tasks joined it: with 4 task slots
+    # in all, only they can hold ranks 2 and 3 at the end.
+    assert sizes[0] == 4 and min(sizes) in (2, 3) and sizes[-1] == 4, sizes
+    assert not _alive(victims)
+    _, left = psutil.wait_procs([psutil.Process(p) for p in first_pids if psutil.pid_exists(p)], timeout=15)
+    assert not left, "rank processes left: %s" % left
+
+
+def test_run_elastic_rank_raising_once_is_replaced(sc):
+    """A rank that raises ends its process with a failure: its Spark task raises, the elastic
+    driver goes on with the other ranks, and Spark's new attempt of the task joins as a new host."""
+    marker_dir = BASE / "elastic-raise-once"
+    marker_dir.mkdir()
+    results = horovod.spark.run_elastic(_elastic_train, args=(str(marker_dir), 4, 20, 4000, ("once", 1)),
+                                        num_proc=4, min_num_proc=2, start_timeout=60, elastic_timeout=120,
+                                        verbose=0)
+    assert (marker_dir / "once").read_text() == "raised"
+    sizes = _check_elastic(results, 4)
+    assert sizes == [4, 3, 4], sizes
+
+
+def test_run_elastic_reset_limit_names_first_failure(sc):
+    marker_dir = BASE / "elastic-raise-always"
+    marker_dir.mkdir()
+    with pytest.raises(RuntimeError) as info:
+        horovod.spark.run_elastic(_elastic_train, args=(str(marker_dir), 4, 20, 4000, ("always", 1)),
+                                  num_proc=4, min_num_proc=2, reset_limit=1, start_timeout=60, elastic_timeout=120,
+                                  verbose=0)
+    message = str(info.value)
+    assert "the number of elastic resets exceeded the --reset-limit of 1" in message
+    assert "as rank 1, exit code 1" in message and "ValueError: rank 1 fails on purpose" in message, message
+
+
+def test_run_elastic_bad_arguments(monkeypatch):
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    with pytest.raises(Exception, match="Could not find an active SparkContext"):
+        horovod.spark.run_elastic(_elastic_train, num_proc=1)
+    monkeypatch.setattr(SparkContext, "_active_spark_context", object())
+    with pytest.raises(ValueError, match=r"expected min_num_proc <= num_proc <= max_num_proc, got 3, 2, 2"):
+        horovod.spark.run_elastic(_elastic_train, num_proc=2, min_num_proc=3)
+    with pytest.warns(DeprecationWarning, match="min_np is deprecated"):
+        with pytest.raises(ValueError, match=r"got 1, 2, 1"):
+            horovod.spark.run_elastic(_elastic_train, num_proc=2, min_np=1, max_num_proc=1)
+    with pytest.raises(ValueError, match="env must be a mapping"):
+        horovod.spark.run_elastic(_elastic_train, num_proc=2, env="A=1")

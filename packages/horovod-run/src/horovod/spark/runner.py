@@ -191,6 +191,49 @@ def _interfaces(registrations, nics):
     return reached, gloo
 
 
+def active_context():
+    """The active SparkContext; raises ``Exception`` when there is none."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        raise Exception("Could not find an active SparkContext, are you running in a PySpark session?")
+    return sc
+
+
+def worker_env(env):
+    """The variables ``env`` (a mapping, None for none) adds to the ranks' environment, filtered
+    as ``horovodrun`` forwards the driver's: never the secret, CUDA_VISIBLE_DEVICES, OLDPWD or
+    shell functions. Raises ``ValueError`` for anything but a mapping."""
+    if env is None:
+        return {}
+    if not isinstance(env, collections.abc.Mapping):
+        raise ValueError("env must be a mapping of the variables to add to the ranks' environment, got %s"
+                         % type(env).__name__)
+    return {str(k): str(v) for k, v in env.items() if env_util.is_exportable(str(k))}
+
+
+def check_num_proc(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError("%s must be a positive integer, got %r" % (name, value))
+    return value
+
+
+def default_start_timeout(start_timeout):
+    if start_timeout is None:
+        return int(os.getenv("HOROVOD_SPARK_START_TIMEOUT", "600"))
+    return start_timeout
+
+
+def start_timeout_error(registered, num_proc, start_timeout, group):
+    return TimeoutException(
+        "Timed out waiting for Spark tasks to start. Only %d of %d Spark tasks started and "
+        "registered within start_timeout=%s seconds; the Spark job group %s was cancelled. Please "
+        "check that the Spark cluster has %d free task slots (executor cores / spark.task.cpus), "
+        "or increase start_timeout (or HOROVOD_SPARK_START_TIMEOUT)."
+        % (registered, num_proc, start_timeout, group, num_proc))
+
+
 def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_args=None, env=None,  # noqa: B006
         stdout=None, stderr=None, verbose=1, nics=None, prefix_output_with_timestamp=False, executable=None,
         use_mpi=None, use_gloo=None):
@@ -220,31 +263,17 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_arg
         TimeoutException: not all tasks started within ``start_timeout`` (the job group is cancelled).
         RuntimeError: a rank failed (named, with its traceback) or its Spark task was lost.
     """
-    from pyspark import SparkContext
     from pyspark.util import InheritableThread
 
-    sc = SparkContext._active_spark_context
-    if sc is None:
-        raise Exception("Could not find an active SparkContext, are you running in a PySpark session?")
+    sc = active_context()
     if use_mpi:
         raise NotImplementedError("horovod.spark.run with MPI (use_mpi=True) is not implemented yet in this "
                                   "version; leave use_mpi unset to run with the Gloo controller")
     if use_gloo is False and use_mpi is False:
         raise ValueError("use_gloo=False and use_mpi=False leave no controller to run with")
-    if env is None:
-        env = {}
-    if not isinstance(env, collections.abc.Mapping):
-        raise ValueError("env must be a mapping of the variables to add to the ranks' environment, got %s"
-                         % type(env).__name__)
-    # As horovodrun forwards the driver's variables: never the secret, CUDA_VISIBLE_DEVICES,
-    # OLDPWD or shell functions.
-    env = {str(k): str(v) for k, v in env.items() if env_util.is_exportable(str(k))}
-    if num_proc is None:
-        num_proc = sc.defaultParallelism
-    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
-        raise ValueError("num_proc must be a positive integer, got %r" % (num_proc,))
-    if start_timeout is None:
-        start_timeout = int(os.getenv("HOROVOD_SPARK_START_TIMEOUT", "600"))
+    env = worker_env(env)
+    num_proc = check_num_proc("num_proc", sc.defaultParallelism if num_proc is None else num_proc)
+    start_timeout = default_start_timeout(start_timeout)
     nics = set(nics) if nics else None
     if verbose >= 1:
         logger.info("Running %d processes (inferred from spark.default.parallelism)...", num_proc)
@@ -279,12 +308,7 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_arg
         while service.registered_count() < num_proc:
             _check(service, spark_thread, spark_outcome)
             if time.monotonic() >= deadline:
-                raise TimeoutException(
-                    "Timed out waiting for Spark tasks to start. Only %d of %d Spark tasks started and "
-                    "registered within start_timeout=%s seconds; the Spark job group %s was cancelled. Please "
-                    "check that the Spark cluster has %d free task slots (executor cores / spark.task.cpus), "
-                    "or increase start_timeout (or HOROVOD_SPARK_START_TIMEOUT)."
-                    % (service.registered_count(), num_proc, start_timeout, group, num_proc))
+                raise start_timeout_error(service.registered_count(), num_proc, start_timeout, group)
             service.wait(lambda: service.registered_count() >= num_proc or service.failures, _WAIT_S)
 
         registrations = service.registrations()

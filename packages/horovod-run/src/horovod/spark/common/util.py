@@ -94,6 +94,38 @@ class RankDone:
         self.error = error
 
 
+# The elastic job's requests and answers (horovod.spark.run_elastic).
+
+class ElasticPoll:
+    """Task ``host`` (its host hash) asks for work; the asks are its heartbeat. Answered with a
+    :class:`TaskPlan` (start a rank), :class:`StopRank`, :class:`Finish`, :class:`Abort` or
+    ``None`` (nothing new)."""
+
+    def __init__(self, host):
+        self.host = host
+
+
+class StopRank:
+    """Kill the running rank (its host was blacklisted, or the job stops)."""
+
+
+class Finish:
+    """The job is over: the task ends."""
+
+
+class ElasticRankDone:
+    """The rank process of task ``host`` ended: its exit code, the rank and size it ended with,
+    its cloudpickled result (None without one) and its error text."""
+
+    def __init__(self, host, exit_code, rank, size, result, error):
+        self.host = host
+        self.exit_code = exit_code
+        self.rank = rank
+        self.size = size
+        self.result = result
+        self.error = error
+
+
 class DriverClient(network.BasicClient):
     """A Spark task's client of the driver service."""
 
