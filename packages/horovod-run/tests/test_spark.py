@@ -32,6 +32,7 @@ pyspark = pytest.importorskip("pyspark")
 from pyspark import SparkConf, SparkContext  # noqa: E402
 
 import horovod.spark  # noqa: E402
+from horovod.spark import conf as hvd_conf  # noqa: E402
 from horovod.runner.common.util.timeout import TimeoutException  # noqa: E402
 
 # The ranks' functions travel by value: the executors cannot import this test module.
@@ -177,6 +178,8 @@ def sc():
             .set("spark.executor.cores", str(CORES_PER_WORKER)).set("spark.cores.max", str(WORKERS * CORES_PER_WORKER))
             .set("spark.local.dir", str(BASE / "local")).set("spark.ui.enabled", "false")
             .set("spark.ui.showConsoleProgress", "false")
+            # Elastic recovery goes through task retries; the elastic tests bound them with reset_limit.
+            .set(*hvd_conf.SPARK_CONF_ALWAYS_RESTART_FAILED_TASK)
             .set("spark.driver.extraJavaOptions", java_opts).set("spark.executor.extraJavaOptions", java_opts)
             .set("spark.executorEnv.TMPDIR", str(cluster.tmp))
             .set("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
@@ -459,6 +462,32 @@ def test_killed_executor_ends_run(sc):
     # Every rank process is gone, the killed executor's ones included.
     _, left = psutil.wait_procs([psutil.Process(p) for p in rank_pids if psutil.pid_exists(p)], timeout=15)
     assert not left, "rank processes left: %s" % left
+
+
+def test_conf_pairs_are_sparks_keys_and_defaults(sc):
+    """Every pair of horovod.spark.conf names a key that Spark 4's JVM knows once translated by
+    conf.current (Spark 4 no longer reads the spark.blacklist.* keys at all), and
+    SPARK_CONF_DEFAULT_VALUES are those entries' defaults."""
+    assert hvd_conf.SPARK_CONF_MAX_INT == str(2**31 - 1)
+    assert hvd_conf.SPARK_CONF_MAX_INT_MINUS_ONE == str(2**31 - 2)
+    assert sc.getConf().get("spark.task.maxFailures") == hvd_conf.SPARK_CONF_MAX_INT
+    pairs = {name: value for name, value in vars(hvd_conf).items()
+             if name.startswith("SPARK_CONF_") and isinstance(value, tuple)}
+    assert len(pairs) == 17
+    assert {key for key, _ in pairs.values()} == set(hvd_conf.SPARK_CONF_DEFAULT_VALUES)
+    find_entry = sc._jvm.org.apache.spark.internal.config.ConfigEntry.findEntry
+    for old, default in hvd_conf.SPARK_CONF_DEFAULT_VALUES.items():
+        new = hvd_conf.EXCLUDE_ON_FAILURE_KEYS.get(old, old)
+        entry = find_entry(new)
+        assert entry is not None, new
+        assert entry.defaultValueString() in (default, "<undefined>"), (new, entry.defaultValueString())
+        if new != old:
+            assert find_entry(old) is None, old
+    assert hvd_conf.current(hvd_conf.SPARK_CONF_BLACKLIST_ENABLED) == ("spark.excludeOnFailure.enabled", "true")
+    assert hvd_conf.current(hvd_conf.SPARK_CONF_ALWAYS_RESTART_FAILED_TASK) == ("spark.task.maxFailures",
+                                                                                "2147483647")
+    with pytest.raises(ValueError, match="expected a \\(key, value\\) pair"):
+        hvd_conf.current("spark.blacklist.enabled")
 
 
 # ---------------------------------------------------------------------------------------------
