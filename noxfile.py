@@ -276,7 +276,8 @@ def tests_spark(session: nox.Session) -> None:
     """horovod.spark (horovod-run[spark]) in a virtualenv of its own: tests/test_spark.py starts a
     Spark standalone cluster (a master and two workers, Java 17) under build/spark-test and stops it
     by PID. The ranks' collectives run on numpy arrays through horovod.common."""
-    run_tests(session, "horovod-run", [PYSPARK, "numpy"], extras="spark,test", tests="tests/test_spark.py",
+    run_tests(session, "horovod-run", [PYSPARK, "numpy", "scikit-learn"], extras="spark,test",
+              tests="tests/test_spark.py",
               temp_name="horovod-run-spark")
 
 

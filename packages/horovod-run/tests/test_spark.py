@@ -211,6 +211,39 @@ def sc():
         assert not left and not still, "processes left running: %s" % [p.pid for p in left + still]
 
 
+def _load_digits_example():
+    """docs/examples/spark/spark_digits.py as a module whose functions travel by value."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("spark_digits",
+                                                  ROOT / "docs" / "examples" / "spark" / "spark_digits.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["spark_digits"] = module
+    spec.loader.exec_module(module)
+    cloudpickle.register_pickle_by_value(module)
+    return module
+
+
+def check_digits(results, size):
+    """The digits example's results: rank order, accuracy >= 0.95 and the same parameters on
+    every rank; returns the ranks grouped by host."""
+    assert [r["rank"] for r in results] == list(range(size))
+    for r in results:
+        assert r["accuracy"] >= 0.95, results
+    assert len({r["digest"] for r in results}) == 1, "the ranks' parameters differ: %s" % results
+    hosts = []
+    for r in results:
+        if r["host"] not in hosts:
+            hosts.append(r["host"])
+    by_host = {h: [r for r in results if r["host"] == h] for h in hosts}
+    for members in by_host.values():
+        assert [r["local_rank"] for r in members] == list(range(len(members)))
+        assert all(r["local_size"] == len(members) for r in members)
+    for r in results:
+        holders = [h for h in hosts if len(by_host[h]) > r["local_rank"]]
+        assert r["cross_rank"] == holders.index(r["host"]) and r["cross_size"] == len(holders)
+    return by_host
+
+
 # ---------------------------------------------------------------------------------------------
 # Functions the ranks run.
 
@@ -378,6 +411,15 @@ def test_allgather_pairs_in_rank_order(sc):
         assert match, line
         ranks.append(int(match.group(1)))
     assert sorted(ranks) == [0, 1]
+
+
+@pytest.mark.parametrize("num_proc", [2, 4])
+def test_digits_example(sc, num_proc):
+    digits = _load_digits_example()
+    results = horovod.spark.run(digits.train, num_proc=num_proc, start_timeout=60, verbose=0)
+    by_host = check_digits(results, num_proc)
+    if num_proc == 4 and UNSHARE:
+        assert sorted(len(m) for m in by_host.values()) == [2, 2]
 
 
 def _raise_on_rank_1():
