@@ -9,6 +9,7 @@ YARN container.) Where ``unshare`` is not permitted, both are one host and the t
 Run by ``nox -s tests-spark``.
 """
 
+import contextlib
 import io
 import os
 import pathlib
@@ -54,13 +55,13 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _wait_port(port, proc, timeout_s=60):
+def _wait_port(host, port, proc, timeout_s=60):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError("the Spark master exited with %s" % proc.returncode)
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
+            with socket.create_connection((host, port), timeout=1):
                 return
         except OSError:
             time.sleep(0.3)
@@ -92,17 +93,22 @@ def _alive(procs):
 
 
 class Cluster:
-    def __init__(self):
-        if BASE.exists():
-            shutil.rmtree(BASE)
-        self.tmp = BASE / "tmp"
+    """A Spark standalone cluster under ``base``: a master on ``host`` and workers started by
+    :meth:`start_worker`, each daemon a child of this process (``spark-class`` execs the JVM)."""
+
+    def __init__(self, base=BASE, host="127.0.0.1"):
+        if base.exists():
+            shutil.rmtree(base)
+        self.base = base
+        self.host = host
+        self.tmp = base / "tmp"
         for sub in ("tmp", "logs", "local", "work"):
-            (BASE / sub).mkdir(parents=True)
+            (base / sub).mkdir(parents=True)
         spark_home = pathlib.Path(pyspark.__file__).parent
         self.spark_class = str(spark_home / "bin" / "spark-class")
-        self.env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOCAL_IP="127.0.0.1",
-                        SPARK_LOCAL_DIRS=str(BASE / "local"), SPARK_LOG_DIR=str(BASE / "logs"),
-                        SPARK_WORKER_DIR=str(BASE / "work"), SPARK_DAEMON_MEMORY="256m",
+        self.env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOCAL_IP=host,
+                        SPARK_LOCAL_DIRS=str(base / "local"), SPARK_LOG_DIR=str(base / "logs"),
+                        SPARK_WORKER_DIR=str(base / "work"), SPARK_DAEMON_MEMORY="256m",
                         SPARK_DAEMON_JAVA_OPTS=JAVA_OPTS.format(tmp=self.tmp), TMPDIR=str(self.tmp),
                         PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                         JAVA_TOOL_OPTIONS="-XX:-UsePerfData")
@@ -110,27 +116,36 @@ class Cluster:
         self.procs = []
         self.logs = []
 
-    def _start(self, name, args, own_host=False):
-        log = open(BASE / "logs" / (name + ".out"), "wb")
+    @property
+    def url(self):
+        return "spark://%s:%d" % (self.host, self.port)
+
+    def _start(self, name, argv, env=None):
+        log = open(self.base / "logs" / (name + ".out"), "wb")
         self.logs.append(log)
-        prefix = ["unshare", "--uts"] if own_host and UNSHARE else []
-        proc = subprocess.Popen([*prefix, self.spark_class, *args], env=self.env,
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, env=env or self.env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
         self.procs.append(proc)
         return proc
 
+    def start_master(self):
+        master = self._start("master", [self.spark_class, "org.apache.spark.deploy.master.Master", "--host",
+                                        self.host, "--port", str(self.port), "--webui-port", str(_free_port())])
+        _wait_port(self.host, self.port, master)
+
+    def start_worker(self, i, host="127.0.0.1", prefix=()):
+        """Worker ``i`` bound to ``host``, its command line after ``prefix`` (e.g. a namespace's)."""
+        work = self.base / "work" / ("worker-%d" % i)
+        work.mkdir()
+        argv = [*prefix, self.spark_class, "org.apache.spark.deploy.worker.Worker", "--host", host,
+                "--cores", str(CORES_PER_WORKER), "--memory", "768m", "--webui-port", str(_free_port()),
+                "--work-dir", str(work), self.url]
+        self._start("worker-%d" % i, argv, env=dict(self.env, SPARK_LOCAL_IP=host))
+
     def start(self):
-        master = self._start("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                        "--port", str(self.port), "--webui-port", str(_free_port())])
-        _wait_port(self.port, master)
+        self.start_master()
         for i in range(WORKERS):
-            work = BASE / "work" / ("worker-%d" % i)
-            work.mkdir()
-            self._start("worker-%d" % i, ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                                          "--cores", str(CORES_PER_WORKER), "--memory", "768m",
-                                          "--webui-port", str(_free_port()), "--work-dir", str(work),
-                                          "spark://127.0.0.1:%d" % self.port],
-                        own_host=True)
+            self.start_worker(i, prefix=["unshare", "--uts"] if UNSHARE else ())
 
     def executors(self):
         """The executor JVMs (children of the worker JVMs)."""
@@ -165,18 +180,18 @@ class Cluster:
         return left
 
 
-@pytest.fixture(scope="module")
-def sc():
-    cluster = Cluster()
-    cluster.start()
+@contextlib.contextmanager
+def spark_context(cluster, workers, driver_host="127.0.0.1"):
+    """A SparkContext on ``cluster`` once its ``workers`` executors registered; at the end the
+    context, its gateway JVM and the cluster are stopped and every process is checked gone."""
     os.environ["TMPDIR"] = str(cluster.tmp)  # pyspark's gateway files
     os.environ["JAVA_TOOL_OPTIONS"] = "-XX:-UsePerfData"  # no /tmp/hsperfdata_<user>
     java_opts = JAVA_OPTS.format(tmp=cluster.tmp)
-    conf = (SparkConf().setMaster("spark://127.0.0.1:%d" % cluster.port).setAppName("horovod-spark-test")
-            .set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
+    conf = (SparkConf().setMaster(cluster.url).setAppName("horovod-spark-test")
+            .set("spark.driver.host", driver_host).set("spark.driver.bindAddress", driver_host)
             .set("spark.driver.memory", "512m").set("spark.executor.memory", "512m")
-            .set("spark.executor.cores", str(CORES_PER_WORKER)).set("spark.cores.max", str(WORKERS * CORES_PER_WORKER))
-            .set("spark.local.dir", str(BASE / "local")).set("spark.ui.enabled", "false")
+            .set("spark.executor.cores", str(CORES_PER_WORKER)).set("spark.cores.max", str(workers * CORES_PER_WORKER))
+            .set("spark.local.dir", str(cluster.base / "local")).set("spark.ui.enabled", "false")
             .set("spark.ui.showConsoleProgress", "false")
             # Elastic recovery goes through task retries; the elastic tests bound them with reset_limit.
             .set(*hvd_conf.SPARK_CONF_ALWAYS_RESTART_FAILED_TASK)
@@ -189,7 +204,7 @@ def sc():
         context = SparkContext(conf=conf)
         gateway_pid = SparkContext._gateway.proc.pid
         deadline = time.monotonic() + 90
-        while context._jsc.sc().getExecutorMemoryStatus().size() < WORKERS + 1:
+        while context._jsc.sc().getExecutorMemoryStatus().size() < workers + 1:
             assert time.monotonic() < deadline, "the executors did not register"
             time.sleep(0.5)
         context.cluster = cluster
@@ -209,6 +224,14 @@ def sc():
         os.environ.pop("JAVA_TOOL_OPTIONS", None)
         still = _alive(procs.values())
         assert not left and not still, "processes left running: %s" % [p.pid for p in left + still]
+
+
+@pytest.fixture(scope="module")
+def sc():
+    cluster = Cluster()
+    cluster.start()
+    with spark_context(cluster, WORKERS) as context:
+        yield context
 
 
 def _load_digits_example():
@@ -420,6 +443,17 @@ def test_digits_example(sc, num_proc):
     by_host = check_digits(results, num_proc)
     if num_proc == 4 and UNSHARE:
         assert sorted(len(m) for m in by_host.values()) == [2, 2]
+
+
+def _exit_with(code):
+    sys.exit(code)
+
+
+def test_sys_exit(sc):
+    """sys.exit(0) in fn counts as returning None; another status is the rank's failure."""
+    assert horovod.spark.run(_exit_with, args=(0,), num_proc=2, verbose=0, start_timeout=60) == [None, None]
+    with pytest.raises(RuntimeError, match=r"Process name: \d\nExit code: 3\n"):
+        horovod.spark.run(_exit_with, args=(3,), num_proc=2, verbose=0, start_timeout=60)
 
 
 def _raise_on_rank_1():
