@@ -13,6 +13,8 @@ import sys
 import threading
 import time
 
+import cloudpickle
+
 from horovod.common.rendezvous import SECRET_ENV
 from horovod.runner.common.util import network
 from horovod.runner.gloo_run import describe_exit_code
@@ -194,9 +196,10 @@ def task_exec(index, driver_addresses, key, settings):
                 sys.stderr.write("horovod.spark: rank %d was stopped: %s\n" % (plan.rank, beat.reason))
                 return []
     code, body, error = rank.finish()
-    if code == 0 and body is not None:
+    if code == 0:
         client.send(util.RankDone(index, plan.rank, 0, None))
-        return [(plan.rank, body[2])]
+        # No body: fn called sys.exit(0), which counts as returning None.
+        return [(plan.rank, cloudpickle.dumps(None) if body is None else body[2])]
     # The driver raises the failure; the task ends normally so that Spark does not run it again.
     client.send(util.RankDone(index, plan.rank, code, error))
     sys.stderr.write("horovod.spark: rank %d failed (exit code %d):\n%s" % (plan.rank, code, error))
