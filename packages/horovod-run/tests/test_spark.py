@@ -2,10 +2,11 @@
 workers started here with the pyspark wheel's ``spark-class``, every file under the checkout's
 build/spark-test, every address on 127.0.0.1, each process stopped by PID at the end (and checked).
 
-Each worker runs in a UTS namespace of its own (``unshare --uts``; the host hash covers the
-namespaces), so its executor counts as a host of its own: the two executors are two Horovod hosts
-on one machine. (``CONTAINER_ID``, the other way to tell hosts apart, makes Spark take itself for a
-YARN container.) Where ``unshare`` is not permitted, both are one host and the tests say so.
+Each worker runs in a UTS namespace of its own with a host name of its own (``unshare --uts``;
+the host hash covers the namespaces), so its executor counts as a host of its own: the two
+executors are two Horovod hosts on one machine. (``CONTAINER_ID``, the other way to tell hosts
+apart, makes Spark take itself for a YARN container.) Where ``unshare`` is not permitted, both are
+one host and the tests say so.
 Run by ``nox -s tests-spark``.
 """
 
@@ -43,7 +44,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 BASE = ROOT / "build" / "spark-test"
 WORKERS = 2
 CORES_PER_WORKER = 2  # task slots per executor: 4 in all
-# unshare(1) execs its command, so the PID is the daemon's.
+# unshare(1) and the shell exec their commands, so the PID is the daemon's.
 UNSHARE = shutil.which("unshare") is not None and subprocess.run(
     ["unshare", "--uts", "true"], capture_output=True).returncode == 0
 JAVA_OPTS = "-Djava.io.tmpdir={tmp} -XX:-UsePerfData -Xss4m"
@@ -145,7 +146,10 @@ class Cluster:
     def start(self):
         self.start_master()
         for i in range(WORKERS):
-            self.start_worker(i, prefix=["unshare", "--uts"] if UNSHARE else ())
+            # A host name of its own too, as separate machines have: Open MPI names its
+            # shared-memory segments after the host name.
+            own_host = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', "spark-worker-%d" % i]
+            self.start_worker(i, prefix=own_host if UNSHARE else ())
 
     def executors(self):
         """The executor JVMs (children of the worker JVMs)."""
@@ -335,8 +339,10 @@ def test_no_active_context(monkeypatch):
 
 def test_bad_arguments(monkeypatch):
     monkeypatch.setattr(SparkContext, "_active_spark_context", object())
-    with pytest.raises(NotImplementedError, match="MPI"):
-        horovod.spark.run(_job_facts, num_proc=1, use_mpi=True)
+    with pytest.raises(Exception, match="env argument must be a dict"):
+        horovod.spark.run(_job_facts, num_proc=1, use_mpi=True, env=os.environ)
+    with pytest.raises(ValueError, match="choose one controller"):
+        horovod.spark.run(_job_facts, num_proc=1, use_mpi=True, use_gloo=True)
     with pytest.raises(ValueError, match="env must be a mapping"):
         horovod.spark.run(_job_facts, num_proc=1, env=[("A", "1")])
     with pytest.raises(ValueError, match="num_proc must be a positive integer"):
@@ -454,6 +460,60 @@ def test_sys_exit(sc):
     assert horovod.spark.run(_exit_with, args=(0,), num_proc=2, verbose=0, start_timeout=60) == [None, None]
     with pytest.raises(RuntimeError, match=r"Process name: \d\nExit code: 3\n"):
         horovod.spark.run(_exit_with, args=(3,), num_proc=2, verbose=0, start_timeout=60)
+
+
+def _mpi_facts():
+    from horovod.common import ops
+    from horovod.common.basics import HorovodBasics
+    hvd = HorovodBasics()
+    hvd.init()
+    x = np.arange(6, dtype=np.float64) * (hvd.rank() + 1) + hvd.rank()
+    ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["spark.mpi.sum"], HorovodBasics.Sum))
+    facts = {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
+             "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(), "sum": x.tolist(),
+             "mpi": hvd.mpi_enabled(), "secret": os.environ.get("_HOROVOD_SECRET_KEY"), "cwd": os.getcwd(),
+             "pid": os.getpid()}
+    hvd.shutdown()
+    return facts
+
+
+@pytest.fixture
+def mpi_as_root(monkeypatch):
+    if os.geteuid() == 0:
+        monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+
+
+@pytest.mark.parametrize("num_proc", [2, 4])
+def test_run_with_mpi(sc, mpi_as_root, num_proc):
+    out = io.StringIO()
+    try:
+        results = horovod.spark.run(_mpi_facts, num_proc=num_proc, use_mpi=True, extra_mpi_args="--oversubscribe",
+                                    start_timeout=60, verbose=0, stdout=out, stderr=out)
+    except RuntimeError:
+        print(out.getvalue())  # mpirun's output, for the failure's report
+        raise
+    assert [r["rank"] for r in results] == list(range(num_proc)), out.getvalue()
+    expected = sum(np.arange(6, dtype=np.float64) * (k + 1) + k for k in range(num_proc))
+    for r in results:
+        assert r["mpi"] and r["size"] == num_proc
+        np.testing.assert_allclose(r["sum"], expected)
+        assert r["secret"] is None  # taken out of the environment before fn runs
+        assert "/work/" in r["cwd"] or "worker" in r["cwd"], r["cwd"]
+    if num_proc == 4 and UNSHARE:
+        # Two executor hosts of two tasks: mpirun's -H lists them with two slots each.
+        assert [(r["local_rank"], r["local_size"], r["cross_rank"], r["cross_size"]) for r in results] == [
+            (0, 2, 0, 2), (1, 2, 0, 2), (0, 2, 1, 2), (1, 2, 1, 2)]
+
+
+def test_run_with_mpi_rank_exception(sc, mpi_as_root):
+    with pytest.raises(RuntimeError, match=r"mpirun failed with exit code \d+") as info:
+        horovod.spark.run(_raise_on_rank_1, num_proc=2, use_mpi=True, extra_mpi_args="--oversubscribe",
+                          start_timeout=60, verbose=0)
+    assert "Traceback of rank 1" in str(info.value) and "ValueError: rank one says no" in str(info.value)
+    # The slots are free again.
+    assert [r["rank"] for r in horovod.spark.run(_mpi_facts, num_proc=4, use_mpi=True, verbose=0,
+                                                 extra_mpi_args="--oversubscribe", start_timeout=60)] == [0, 1, 2, 3]
 
 
 def _raise_on_rank_1():

@@ -2,8 +2,8 @@
 Spark executors, one Spark task per rank (docs/spark.md).
 
 PySpark is an optional extra of horovod-run: ``pip install "horovod-run[spark]"``. This version
-has ``run`` and ``run_elastic`` with the Gloo controller; ``run(use_mpi=True)`` and the Estimator
-API are not there yet.
+has ``run`` (Gloo, or MPI with ``use_mpi=True``) and ``run_elastic`` (Gloo); the Estimator API is
+not there.
 """
 
 import collections

@@ -179,6 +179,8 @@ def task_exec(index, driver_addresses, key, settings):
         time.sleep(POLL_INTERVAL_S)
         reply = client.send(util.PollTask(index))
 
+    if isinstance(plan, util.MpiPlan):
+        return _serve_mpi(index, client, key)
     rank = _RankProcess(client, key, plan, settings, plan.rank)
     next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
     while rank.poll() is None:
@@ -204,6 +206,36 @@ def task_exec(index, driver_addresses, key, settings):
     client.send(util.RankDone(index, plan.rank, code, error))
     sys.stderr.write("horovod.spark: rank %d failed (exit code %d):\n%s" % (plan.rank, code, error))
     return []
+
+
+def _serve_mpi(index, client, key):
+    """Run the commands (mpirun's daemons) the driver hands this task until the job ends;
+    returns ``[]`` (the ranks send their results to the driver)."""
+    running = {}
+    try:
+        while True:
+            try:
+                reply = client.send(util.PollCommand(index))
+            except ConnectionError:
+                reply = util.Abort("the driver service cannot be reached")
+            if isinstance(reply, (util.Abort, util.Finish)):
+                return []
+            if isinstance(reply, util.TaskCommand):
+                env = dict(os.environ)
+                env.update(reply.env)
+                env[SECRET_ENV] = key.hex()
+                env["HOROVOD_SPARK_WORK_DIR"] = os.getcwd()
+                running[reply.command_id] = subprocess.Popen(["/bin/sh", "-c", reply.command], env=env,
+                                                             stdin=subprocess.DEVNULL)
+            for command_id, proc in list(running.items()):
+                if proc.poll() is not None:
+                    del running[command_id]
+                    client.send(util.CommandDone(command_id, proc.returncode))
+            time.sleep(POLL_INTERVAL_S)
+    finally:
+        for proc in running.values():
+            proc.kill()
+            proc.wait()
 
 
 def elastic_task_exec(index, driver_addresses, key, settings):
