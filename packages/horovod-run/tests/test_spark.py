@@ -737,8 +737,8 @@ def test_run_elastic_survives_killed_executor(sc):
     def go():
         try:
             outcome["results"] = horovod.spark.run_elastic(
-                _elastic_train, args=(str(marker_dir), 4, 40, 4000), num_proc=4, min_num_proc=2,
-                max_num_proc=4, start_timeout=60, elastic_timeout=120, verbose=0, stdout=out)
+                _elastic_train, args=(str(marker_dir), 4, 40, 1500), num_proc=4, min_num_proc=2,
+                max_num_proc=4, start_timeout=60, elastic_timeout=120, verbose=2, stdout=out)
         except BaseException as e:
             outcome["error"] = e
 
@@ -752,6 +752,7 @@ def test_run_elastic_survives_killed_executor(sc):
     first_pids = [int(p.name[4:]) for p in marker_dir.glob("pid-*")]
     victims = _kill_executor(executors[0])
     thread.join(timeout=240)
+    print(out.getvalue()[-3000:])  # the ranks' last lines, for a failure's report
     assert not thread.is_alive(), "run_elastic hung after an executor was killed"
     assert "results" in outcome, outcome.get("error")
     sizes = _check_elastic(outcome["results"], 4)
