@@ -477,6 +477,11 @@ def _mpi_facts():
     return facts
 
 
+def _mpi_args(sc):
+    # Open MPI's session folders under the cluster's, not /tmp.
+    return "--oversubscribe -mca orte_tmpdir_base %s" % sc.cluster.tmp
+
+
 @pytest.fixture
 def mpi_as_root(monkeypatch):
     if os.geteuid() == 0:
@@ -488,7 +493,7 @@ def mpi_as_root(monkeypatch):
 def test_run_with_mpi(sc, mpi_as_root, num_proc):
     out = io.StringIO()
     try:
-        results = horovod.spark.run(_mpi_facts, num_proc=num_proc, use_mpi=True, extra_mpi_args="--oversubscribe",
+        results = horovod.spark.run(_mpi_facts, num_proc=num_proc, use_mpi=True, extra_mpi_args=_mpi_args(sc),
                                     start_timeout=60, verbose=0, stdout=out, stderr=out)
     except RuntimeError:
         print(out.getvalue())  # mpirun's output, for the failure's report
@@ -508,12 +513,12 @@ def test_run_with_mpi(sc, mpi_as_root, num_proc):
 
 def test_run_with_mpi_rank_exception(sc, mpi_as_root):
     with pytest.raises(RuntimeError, match=r"mpirun failed with exit code \d+") as info:
-        horovod.spark.run(_raise_on_rank_1, num_proc=2, use_mpi=True, extra_mpi_args="--oversubscribe",
+        horovod.spark.run(_raise_on_rank_1, num_proc=2, use_mpi=True, extra_mpi_args=_mpi_args(sc),
                           start_timeout=60, verbose=0)
     assert "Traceback of rank 1" in str(info.value) and "ValueError: rank one says no" in str(info.value)
     # The slots are free again.
     assert [r["rank"] for r in horovod.spark.run(_mpi_facts, num_proc=4, use_mpi=True, verbose=0,
-                                                 extra_mpi_args="--oversubscribe", start_timeout=60)] == [0, 1, 2, 3]
+                                                 extra_mpi_args=_mpi_args(sc), start_timeout=60)] == [0, 1, 2, 3]
 
 
 def _raise_on_rank_1():
