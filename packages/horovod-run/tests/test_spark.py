@@ -512,10 +512,13 @@ def test_run_with_mpi(sc, mpi_as_root, num_proc):
 
 
 def test_run_with_mpi_rank_exception(sc, mpi_as_root):
+    start = time.monotonic()
     with pytest.raises(RuntimeError, match=r"mpirun failed with exit code \d+") as info:
         horovod.spark.run(_raise_on_rank_1, num_proc=2, use_mpi=True, extra_mpi_args=_mpi_args(sc),
                           start_timeout=60, verbose=0)
     assert "Traceback of rank 1" in str(info.value) and "ValueError: rank one says no" in str(info.value)
+    # mpirun stopped rank 0 instead of waiting for the end of its 60 s sleep.
+    assert time.monotonic() - start < 60
     # The slots are free again.
     assert [r["rank"] for r in horovod.spark.run(_mpi_facts, num_proc=4, use_mpi=True, verbose=0,
                                                  extra_mpi_args=_mpi_args(sc), start_timeout=60)] == [0, 1, 2, 3]

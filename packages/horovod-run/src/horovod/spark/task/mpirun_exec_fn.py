@@ -5,7 +5,8 @@ by mpirun's ``orted`` daemon in a Spark task.
 It changes into the task's working folder (``HOROVOD_SPARK_WORK_DIR``), takes its rank from
 ``OMPI_COMM_WORLD_RANK``, fetches the cloudpickled ``(fn, args, kwargs)`` from the driver service
 (key in ``_HOROVOD_SECRET_KEY``, removed from the environment before ``fn`` runs), calls ``fn``
-and sends the result, or the traceback, back. Exits 0, or 1 when ``fn`` raised.
+and sends the result, or the traceback, back. Exits 0, or 1 when ``fn`` raised (at once, without
+Horovod's shutdown, so that mpirun stops the other ranks).
 """
 
 import os
@@ -46,6 +47,10 @@ def main(argv):
     sys.stdout.flush()
     sys.stderr.flush()
     client.send(util.RankResult(rank, result, error))
+    if code != 0:
+        # Without MPI_Finalize (Horovod's shutdown at exit), mpirun takes the exit as a failure
+        # and stops the other ranks at once; after it, mpirun would wait for them to end.
+        os._exit(code)
     return code
 
 
