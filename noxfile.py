@@ -236,7 +236,8 @@ def run_tests(session: nox.Session, package: str, requirements: list[str], extra
 def tests(session: nox.Session, package: str) -> None:
     """Run one package's tests against its installed wheel (horovod.ray's in tests-ray,
     horovod.spark's in tests-spark)."""
-    ignore = (("tests/test_ray.py", "tests/test_ray_multinode.py", "tests/test_spark.py")
+    ignore = (("tests/test_ray.py", "tests/test_ray_multinode.py", "tests/test_spark.py",
+               "tests/test_spark_testbed.py")
               if package == "horovod-run" else ())
     run_tests(session, package, TESTS[package], ignore=ignore)
 
@@ -278,9 +279,10 @@ PYSPARK = "pyspark==4.3.*"
 def tests_spark(session: nox.Session) -> None:
     """horovod.spark (horovod-run[spark]) in a virtualenv of its own: tests/test_spark.py starts a
     Spark standalone cluster (a master and two workers, Java 17) under build/spark-test and stops it
-    by PID. The ranks' collectives run on numpy arrays through horovod.common."""
-    run_tests(session, "horovod-run", [PYSPARK, "numpy"], extras="spark,test", tests="tests/test_spark.py",
-              temp_name="horovod-run-spark")
+    by PID; tests/test_spark_testbed.py starts one whose workers run on two hosts of the test bed
+    (ci/testbed.sh). The ranks' collectives run on numpy arrays through horovod.common."""
+    run_tests(session, "horovod-run", [PYSPARK, "numpy", "scikit-learn"], extras="spark,test",
+              tests=("tests/test_spark.py", "tests/test_spark_testbed.py"), temp_name="horovod-run-spark")
 
 
 GPU_DIST = ROOT / "build" / "gpu-dist"

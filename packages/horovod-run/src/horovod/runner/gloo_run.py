@@ -336,6 +336,67 @@ def _get_min_start_hosts(settings):
     return 2 if settings.elastic and not settings.nics else 1
 
 
+def launch_elastic(settings, make_worker_fn, min_hosts=1, should_stop=None):
+    """Run an elastic job with the launcher's :class:`~horovod.runner.elastic.driver.ElasticDriver`
+    and authenticated rendezvous server, the workers started by the caller's function; used by
+    :func:`gloo_run_elastic` and by ``horovod.spark.run_elastic``.
+
+    Args:
+        settings: an :class:`~horovod.runner.elastic.settings.ElasticSettings`.
+        make_worker_fn: ``make_worker_fn(driver, current_hosts, rendezvous, port) ->
+            create_worker``, called once the first ``settings.num_proc`` slots on ``min_hosts``
+            hosts are available (``current_hosts``: the
+            :class:`~horovod.runner.elastic.discovery.DiscoveredHosts`); ``create_worker(slot_info,
+            events) -> (exit_code, timestamp)`` runs one worker until it exits or one of
+            ``events`` (threading.Event) is set.
+        min_hosts: hosts to wait for before the start.
+        should_stop: ``should_stop() -> None or str``, polled every 0.1 s while the job runs; a
+            message stops the job with that error.
+
+    Raises:
+        RuntimeError: the job failed: the driver's reason (reset limit, every worker or host
+            failed, the discovery failed at start, ``should_stop``'s message) or the first worker
+            that exited non-zero (``JOB_FAILED_MESSAGE``, the process named
+            ``<host>[<local_rank>]``).
+        TimeoutException: fewer than ``settings.min_num_proc`` slots (``settings.num_proc`` to
+            start) for ``settings.elastic_timeout`` seconds.
+    """
+    from horovod.runner.elastic.driver import ElasticDriver
+    from horovod.runner.elastic.rendezvous import create_rendezvous_handler
+
+    rendezvous = RendezvousServer(secret=settings.key)
+    driver = ElasticDriver(rendezvous, settings.discovery, settings.min_num_proc,
+                           settings.max_num_proc, timeout=settings.elastic_timeout,
+                           reset_limit=settings.reset_limit,
+                           cooldown_range=settings.cooldown_range, verbose=settings.verbose)
+    port = rendezvous.start(create_rendezvous_handler(driver))
+    try:
+        current = driver.wait_for_available_slots(settings.num_proc, min_hosts=min_hosts)
+        create_worker = make_worker_fn(driver, current, rendezvous, port)
+        driver.start(settings.num_proc, create_worker)
+        while not driver.finished():
+            message = should_stop() if should_stop is not None else None
+            if message:
+                driver.stop(message)
+                break
+            time.sleep(0.1)
+        results = driver.get_results()
+    finally:
+        driver.stop()
+        driver.wait_for_workers()
+        rendezvous.stop()
+
+    if results.error_message:
+        raise RuntimeError(results.error_message)
+    failed = sorted((timestamp, name, code)
+                    for name, (code, timestamp) in results.worker_results.items() if code != 0)
+    if failed:
+        _, name, code = failed[0]
+        host = name.rpartition("[")[0]
+        raise RuntimeError(JOB_FAILED_MESSAGE.format(rank=name, code=describe_exit_code(code),
+                                                     host=host))
+
+
 def gloo_run_elastic(settings, env, command):
     """Run ``command`` as an elastic job (``settings``: an
     :class:`~horovod.runner.elastic.settings.ElasticSettings`) and wait for it to end.
@@ -353,21 +414,12 @@ def gloo_run_elastic(settings, env, command):
             start) for ``settings.elastic_timeout`` seconds.
     """
     from horovod.runner.driver import driver_service
-    from horovod.runner.elastic.driver import ElasticDriver
-    from horovod.runner.elastic.rendezvous import create_rendezvous_handler
 
     if settings.output_filename:
         _mkdir_p(settings.output_filename)
-    rendezvous = RendezvousServer(secret=settings.key)
-    driver = ElasticDriver(rendezvous, settings.discovery, settings.min_num_proc,
-                           settings.max_num_proc, timeout=settings.elastic_timeout,
-                           reset_limit=settings.reset_limit,
-                           cooldown_range=settings.cooldown_range, verbose=settings.verbose)
-    port = rendezvous.start(create_rendezvous_handler(driver))
     shutdown_event, restore_signals = register_shutdown_event()
-    try:
-        current = driver.wait_for_available_slots(settings.num_proc,
-                                                  min_hosts=_get_min_start_hosts(settings))
+
+    def make_worker(driver, current, rendezvous, port):
         host_names = current.host_assignment_order
         if settings.nics:
             nics = sorted(settings.nics)
@@ -393,23 +445,15 @@ def gloo_run_elastic(settings, env, command):
             code = job.execute_slot(slot_info, events + [shutdown_event], index=label)
             return code, time.time()
 
-        driver.start(settings.num_proc, create_worker)
-        while not driver.finished():
-            if shutdown_event.wait(0.1):
-                driver.stop("horovodrun was interrupted by a signal; all workers were stopped")
-        results = driver.get_results()
-    finally:
-        driver.stop()
-        driver.wait_for_workers()
-        rendezvous.stop()
-        restore_signals()
+        return create_worker
 
-    if results.error_message:
-        raise RuntimeError(results.error_message)
-    failed = sorted((timestamp, name, code)
-                    for name, (code, timestamp) in results.worker_results.items() if code != 0)
-    if failed:
-        _, name, code = failed[0]
-        host = name.rpartition("[")[0]
-        raise RuntimeError(JOB_FAILED_MESSAGE.format(rank=name, code=describe_exit_code(code),
-                                                     host=host))
+    def interrupted():
+        if shutdown_event.is_set():
+            return "horovodrun was interrupted by a signal; all workers were stopped"
+        return None
+
+    try:
+        launch_elastic(settings, make_worker, min_hosts=_get_min_start_hosts(settings),
+                       should_stop=interrupted)
+    finally:
+        restore_signals()

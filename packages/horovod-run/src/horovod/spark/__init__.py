@@ -2,8 +2,8 @@
 Spark executors, one Spark task per rank (docs/spark.md).
 
 PySpark is an optional extra of horovod-run: ``pip install "horovod-run[spark]"``. This version
-has ``run`` with the Gloo controller; ``run_elastic``, ``run(use_mpi=True)`` and the Estimator API
-are not there yet.
+has ``run`` (Gloo, or MPI with ``use_mpi=True``) and ``run_elastic`` (Gloo); the Estimator API is
+not there.
 """
 
 import collections
@@ -18,6 +18,7 @@ except ImportError as e:
 # Keep PySpark from replacing collections.namedtuple with its pickling hack (SPARK-22674).
 collections.namedtuple.__hijack = 1
 
+from horovod.spark.elastic import run_elastic  # noqa: E402
 from horovod.spark.runner import run  # noqa: E402
 
-__all__ = ["run"]
+__all__ = ["run", "run_elastic"]

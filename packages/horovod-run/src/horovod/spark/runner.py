@@ -191,6 +191,68 @@ def _interfaces(registrations, nics):
     return reached, gloo
 
 
+def active_context():
+    """The active SparkContext; raises ``Exception`` when there is none."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        raise Exception("Could not find an active SparkContext, are you running in a PySpark session?")
+    return sc
+
+
+def worker_env(env):
+    """The variables ``env`` (a mapping, None for none) adds to the ranks' environment, filtered
+    as ``horovodrun`` forwards the driver's: never the secret, CUDA_VISIBLE_DEVICES, OLDPWD or
+    shell functions. Raises ``ValueError`` for anything but a mapping."""
+    if env is None:
+        return {}
+    if not isinstance(env, collections.abc.Mapping):
+        raise ValueError("env must be a mapping of the variables to add to the ranks' environment, got %s"
+                         % type(env).__name__)
+    return {str(k): str(v) for k, v in env.items() if env_util.is_exportable(str(k))}
+
+
+def check_num_proc(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError("%s must be a positive integer, got %r" % (name, value))
+    return value
+
+
+def default_start_timeout(start_timeout):
+    if start_timeout is None:
+        return int(os.getenv("HOROVOD_SPARK_START_TIMEOUT", "600"))
+    return start_timeout
+
+
+def start_timeout_error(registered, num_proc, start_timeout, group):
+    return TimeoutException(
+        "Timed out waiting for Spark tasks to start. Only %d of %d Spark tasks started and "
+        "registered within start_timeout=%s seconds; the Spark job group %s was cancelled. Please "
+        "check that the Spark cluster has %d free task slots (executor cores / spark.task.cpus), "
+        "or increase start_timeout (or HOROVOD_SPARK_START_TIMEOUT)."
+        % (registered, num_proc, start_timeout, group, num_proc))
+
+
+def _use_mpi(use_mpi, use_gloo):
+    """Whether to run with MPI: as asked (``ValueError`` when that controller is not built or
+    both are asked), else Gloo."""
+    from horovod.common.basics import HorovodBasics
+    basics = HorovodBasics()
+    if use_mpi and use_gloo:
+        raise ValueError("use_mpi=True and use_gloo=True: choose one controller")
+    if use_gloo is False and use_mpi is False:
+        raise ValueError("use_gloo=False and use_mpi=False leave no controller to run with")
+    if use_mpi:
+        if not basics.mpi_built():
+            raise ValueError("use_mpi=True, but this horovod-core was built without MPI (rebuild it with MPI, or "
+                             "leave use_mpi unset to run with Gloo)")
+        return True
+    if not basics.gloo_built():
+        raise ValueError("horovod.spark.run needs Gloo (or use_mpi=True); this horovod-core was built without it")
+    return False
+
+
 def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_args=None, env=None,  # noqa: B006
         stdout=None, stderr=None, verbose=1, nics=None, prefix_output_with_timestamp=False, executable=None,
         use_mpi=None, use_gloo=None):
@@ -202,56 +264,48 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_arg
         num_proc: ranks, one Spark task each; default ``sc.defaultParallelism``.
         start_timeout: seconds for all tasks to start and register; default
             ``HOROVOD_SPARK_START_TIMEOUT`` or 600.
-        extra_mpi_args: for the MPI controller, which this version does not have (ignored).
-        env: variables added to the ranks' environment, a mapping (None means none; the
-            executor's own environment is inherited either way). Filtered as ``horovodrun``
-            filters the driver's: no ``CUDA_VISIBLE_DEVICES``, ``OLDPWD``, ``BASH_FUNC_*`` or secret.
+        extra_mpi_args: a string appended to the mpirun command line (MPI only).
+        env: variables added to the ranks' environment, a mapping (a dict under MPI, which
+            forwards them with ``-x``; ``Exception`` otherwise); None means none; the executor's
+            own environment is inherited either way. Filtered as ``horovodrun`` filters the
+            driver's: no ``CUDA_VISIBLE_DEVICES``, ``OLDPWD``, ``BASH_FUNC_*`` or secret.
         stdout, stderr: streams that receive the ranks' output, each line prefixed
-            ``[<rank>]<stdout>:``; None leaves it in the executor logs.
+            ``[<rank>]<stdout>:``; None leaves it in the executor logs. Under MPI, mpirun's
+            streams (its ``--tag-output`` prefixes; None: this process's).
         verbose: 0, 1 (log the number of ranks) or 2 (also the placement).
         nics: network interface names for the driver service and Gloo; default all.
         prefix_output_with_timestamp: put the local time before each prefix.
         executable: Python on the executors that runs the ranks; default the executor's own.
-        use_mpi, use_gloo: the controller; only Gloo is implemented (``use_mpi=True`` raises
-            ``NotImplementedError``).
+        use_mpi, use_gloo: the controller: ``use_mpi=True`` runs the ranks under ``mpirun``
+            (:mod:`horovod.spark.mpi_run`; ``ValueError`` when horovod-core has no MPI); otherwise
+            Gloo (``ValueError`` for both True, or both False).
 
     Raises:
         Exception: no active SparkContext, or the Spark job failed.
         TimeoutException: not all tasks started within ``start_timeout`` (the job group is cancelled).
-        RuntimeError: a rank failed (named, with its traceback) or its Spark task was lost.
+        RuntimeError: a rank failed (named, with its traceback) or its Spark task was lost; under
+            MPI, mpirun failed (its exit code, and the first failed rank's traceback).
     """
-    from pyspark import SparkContext
     from pyspark.util import InheritableThread
 
-    sc = SparkContext._active_spark_context
-    if sc is None:
-        raise Exception("Could not find an active SparkContext, are you running in a PySpark session?")
-    if use_mpi:
-        raise NotImplementedError("horovod.spark.run with MPI (use_mpi=True) is not implemented yet in this "
-                                  "version; leave use_mpi unset to run with the Gloo controller")
-    if use_gloo is False and use_mpi is False:
-        raise ValueError("use_gloo=False and use_mpi=False leave no controller to run with")
-    if env is None:
-        env = {}
-    if not isinstance(env, collections.abc.Mapping):
-        raise ValueError("env must be a mapping of the variables to add to the ranks' environment, got %s"
-                         % type(env).__name__)
-    # As horovodrun forwards the driver's variables: never the secret, CUDA_VISIBLE_DEVICES,
-    # OLDPWD or shell functions.
-    env = {str(k): str(v) for k, v in env.items() if env_util.is_exportable(str(k))}
-    if num_proc is None:
-        num_proc = sc.defaultParallelism
-    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
-        raise ValueError("num_proc must be a positive integer, got %r" % (num_proc,))
-    if start_timeout is None:
-        start_timeout = int(os.getenv("HOROVOD_SPARK_START_TIMEOUT", "600"))
+    sc = active_context()
+    mpi = _use_mpi(use_mpi, use_gloo)
+    if mpi and env is not None and not isinstance(env, dict):
+        raise Exception("env argument must be a dict, not %s: %s" % (type(env), env))
+    env = worker_env(env)
+    num_proc = check_num_proc("num_proc", sc.defaultParallelism if num_proc is None else num_proc)
+    start_timeout = default_start_timeout(start_timeout)
     nics = set(nics) if nics else None
     if verbose >= 1:
         logger.info("Running %d processes (inferred from spark.default.parallelism)...", num_proc)
 
     key = make_secret_key()
     payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs)))
-    service = SparkDriverService(num_proc, key, nics, stdout, stderr, prefix_output_with_timestamp)
+    if mpi:
+        from horovod.spark.mpi_run import SparkMpiDriverService
+        service = SparkMpiDriverService(num_proc, key, nics, payload)
+    else:
+        service = SparkDriverService(num_proc, key, nics, stdout, stderr, prefix_output_with_timestamp)
     group = "horovod.spark.run.%d" % next(_run_counter)
     settings = {"verbose": verbose, "executable": executable, "nics": nics}
     driver_addresses = service.addresses()
@@ -279,12 +333,7 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_arg
         while service.registered_count() < num_proc:
             _check(service, spark_thread, spark_outcome)
             if time.monotonic() >= deadline:
-                raise TimeoutException(
-                    "Timed out waiting for Spark tasks to start. Only %d of %d Spark tasks started and "
-                    "registered within start_timeout=%s seconds; the Spark job group %s was cancelled. Please "
-                    "check that the Spark cluster has %d free task slots (executor cores / spark.task.cpus), "
-                    "or increase start_timeout (or HOROVOD_SPARK_START_TIMEOUT)."
-                    % (service.registered_count(), num_proc, start_timeout, group, num_proc))
+                raise start_timeout_error(service.registered_count(), num_proc, start_timeout, group)
             service.wait(lambda: service.registered_count() >= num_proc or service.failures, _WAIT_S)
 
         registrations = service.registrations()
@@ -300,6 +349,12 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_arg
                             % (" among nics=%s" % sorted(nics) if nics else "",
                                {i: r.driver_interfaces for i, r in sorted(registrations.items())},
                                {i: r.task_interfaces for i, r in sorted(registrations.items())}))
+        if mpi:
+            from horovod.spark.mpi_run import mpi_launch
+            bodies = mpi_launch(service, host_plan, num_proc, driver_addresses, key, env, extra_mpi_args, stdout,
+                                stderr, verbose, nics, prefix_output_with_timestamp, executable)
+            finished = True
+            return [cloudpickle.loads(body) for body in bodies]
         server_ip = driver_addresses[reached[0]][0][0]
         secret = make_secret_key()
         rendezvous = RendezvousServer(verbose=max(0, verbose - 1), secret=secret)

@@ -14,6 +14,9 @@ from horovod.runner.elastic.registration import WorkerStateRegistry
 from horovod.runner.elastic.worker import HostUpdateResult, WorkerNotificationClient
 
 DISCOVER_HOSTS_FREQUENCY_SECS = 1.0
+# Rank 0 is told again when the hosts still differ from the assignment this long after it was
+# told: a notice that reaches it during a reset is dropped with the reset's queued notices.
+RENOTIFY_SECS = 10.0
 ELASTIC_TIMEOUT_SECS = 600
 # How long rank 0 is kept training, after new slots were discovered, while their workers start
 # (see ElasticDriver: standby workers); past it, rank 0 is told anyway.
@@ -106,6 +109,7 @@ class ElasticDriver:
         self._alive = set()
         self._create_worker_fn = None
         self._notified_generation = 0
+        self._notified_at = 0.0
         self._notify_lock = threading.Lock()
         # Standby workers: (host, local_rank) -> the planned SlotInfo, and those that wait.
         self._standby = {}
@@ -146,15 +150,19 @@ class ElasticDriver:
             self._shutdown.wait(DISCOVER_HOSTS_FREQUENCY_SECS)
 
     def _notify_workers_host_changes(self, current_hosts):
-        """Tell the rank-0 worker once per generation when the hosts would be assigned
-        differently (and enough slots exist); when slots were only added, start their workers
-        first (standby) and tell rank 0 once they wait."""
+        """Tell the rank-0 worker when the hosts would be assigned differently (and enough
+        slots exist): once per generation, and again every ``RENOTIFY_SECS`` while the
+        generation lasts; when slots were only added, start their workers first (standby) and
+        tell rank 0 once they wait."""
         with self._notify_lock:
             self._notify_host_changes_locked(current_hosts)
 
     def _notify_host_changes_locked(self, current_hosts):
         generation = self._worker_registry.generation
-        if not self._host_assignments or self._notified_generation == generation:
+        if not self._host_assignments:
+            return
+        if (self._notified_generation == generation
+                and time.monotonic() - self._notified_at < RENOTIFY_SECS):
             return
         if current_hosts.count_available_slots() < self._min_num_proc:
             return
@@ -181,6 +189,7 @@ class ElasticDriver:
                 return  # rank 0 has not registered yet; tried again at the next poll
             client.notify_hosts_updated(int(time.time() * 1000), update_res)
             self._notified_generation = generation
+            self._notified_at = time.monotonic()
             self._say("told rank 0 that the hosts changed")
         except Exception as e:
             self._say("could not notify rank 0 (retrying): %s" % e)

@@ -94,6 +94,97 @@ class RankDone:
         self.error = error
 
 
+# The elastic job's requests and answers (horovod.spark.run_elastic).
+
+class ElasticPoll:
+    """Task ``host`` (its host hash) asks for work; the asks are its heartbeat. Answered with a
+    :class:`TaskPlan` (start a rank), :class:`StopRank`, :class:`Finish`, :class:`Abort` or
+    ``None`` (nothing new)."""
+
+    def __init__(self, host):
+        self.host = host
+
+
+class StopRank:
+    """Kill the running rank (its host was blacklisted, or the job stops)."""
+
+
+class Finish:
+    """The job is over: the task ends."""
+
+
+class ElasticRankDone:
+    """The rank process of task ``host`` ended: its exit code, the rank and size it ended with,
+    its cloudpickled result (None without one) and its error text."""
+
+    def __init__(self, host, exit_code, rank, size, result, error):
+        self.host = host
+        self.exit_code = exit_code
+        self.rank = rank
+        self.size = size
+        self.result = result
+        self.error = error
+
+
+# The MPI controller's requests (horovod.spark.run(use_mpi=True)).
+
+class MpiPlan:
+    """The plan of every task under MPI: run the commands the driver hands out (mpirun's
+    ``orted`` daemons, on each host's first task) until the job ends."""
+
+
+class RunCommand:
+    """mpirun's rsh agent asks for ``command`` (a shell command line) to run on host ``host``
+    (a host hash) with ``env`` added to the task's environment; answered with its id."""
+
+    def __init__(self, host, command, env):
+        self.host = host
+        self.command = command
+        self.env = env
+
+
+class CommandStatus:
+    """The exit code of command ``command_id``, or None while it runs."""
+
+    def __init__(self, command_id):
+        self.command_id = command_id
+
+
+class PollCommand:
+    """Task ``index`` asks for a command to run (its heartbeat under MPI); answered with a
+    :class:`TaskCommand`, None, :class:`Finish` or :class:`Abort`."""
+
+    def __init__(self, index):
+        self.index = index
+
+
+class TaskCommand:
+    def __init__(self, command_id, command, env):
+        self.command_id = command_id
+        self.command = command
+        self.env = env
+
+
+class CommandDone:
+    def __init__(self, command_id, exit_code):
+        self.command_id = command_id
+        self.exit_code = exit_code
+
+
+class GetPayload:
+    """A rank process under MPI asks for the cloudpickled ``(fn, args, kwargs)``."""
+
+
+class RankResult:
+    """A rank process under MPI reports its cloudpickled result (None when it failed) and its
+    traceback (None when it did not)."""
+
+    def __init__(self, rank, result, error):
+        self.rank = rank
+        self.result = result
+        self.error = error
+
+
 class DriverClient(network.BasicClient):
     """A Spark task's client of the driver service."""
 

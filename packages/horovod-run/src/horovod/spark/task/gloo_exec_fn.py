@@ -3,7 +3,9 @@
 Started by its Spark task with the rank's environment (``HOROVOD_*`` and, never on the command
 line, the rendezvous secret in ``_HOROVOD_SECRET_KEY``). Reads the cloudpickled ``(fn, args,
 kwargs)`` from stdin, calls ``fn(*args, **kwargs)`` and writes the outcome to file descriptor
-``FD``: ``b"O"`` and the cloudpickled result, or ``b"E"`` and the traceback (UTF-8). Exits 0 or 1.
+``FD``: ``b"O<rank> <size>\n"`` (the rank and size at the end: they change in an elastic job) and
+the cloudpickled result, ``b"X"`` when ``fn`` called ``sys.exit(0)`` (an elastic worker whose slot
+was removed), or ``b"E"`` and the traceback (UTF-8). Exits 0, or 1 (``sys.exit``'s status).
 
 The process asks Linux to kill it when its parent (the Spark task's Python worker) dies, and also
 checks its parent: a cancelled Spark job kills the worker, never its children.
@@ -47,8 +49,13 @@ def main(argv):
     payload = sys.stdin.buffer.read()
     try:
         fn, args, kwargs = cloudpickle.loads(payload)
-        body = b"O" + cloudpickle.dumps(fn(*args, **kwargs))
+        result = cloudpickle.dumps(fn(*args, **kwargs))
+        place = "%s %s\n" % (os.environ.get("HOROVOD_RANK", "-1"), os.environ.get("HOROVOD_SIZE", "-1"))
+        body = b"O" + place.encode("ascii") + result
         code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        body = b"X" if code == 0 else b"E" + traceback.format_exc().encode("utf-8", "replace")
     except BaseException:
         body = b"E" + traceback.format_exc().encode("utf-8", "replace")
         code = 1
