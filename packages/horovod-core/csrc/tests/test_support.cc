@@ -55,6 +55,9 @@ void RunBackends(int size, bool shared_memory, const std::function<void(int rank
       backend = std::move(shared);
     }
     fn(rank, *backend);
+    // No rank closes its connections while others may still use the mesh (or its device, which
+    // communicators split from it share): a peer that goes away is an error to Gloo.
+    backend->Barrier();
   });
 }
 

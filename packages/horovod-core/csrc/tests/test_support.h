@@ -38,7 +38,8 @@ class SharedStore : public Store {
 void RunRanks(int size, const std::function<void(int rank)>& fn);
 
 // Creates, on every rank's thread, a Gloo communicator of `size` ranks over loopback (and, with
-// `shared_memory`, the shared-memory transport wrapping it), then runs fn(rank, backend).
+// `shared_memory`, the shared-memory transport wrapping it), then runs fn(rank, backend), then
+// a barrier (so that every rank keeps its communicator until all are done).
 void RunBackends(int size, bool shared_memory, const std::function<void(int rank, Backend& backend)>& fn);
 
 // N engines started by N threads (Engine::Start is collective), configured from `env` (HOROVOD_*
