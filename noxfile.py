@@ -1,7 +1,7 @@
 """Every developer task of the monorepo: `nox -s build | lint | demo | bench`, and `nox -t tests`.
 
-`nox -t tests` runs every test session: `tests` (one per package that needs only PyTorch or
-nothing), `tests-tf`, `tests-keras`, `tests-mxnet`, `tests-ray` and `tests-spark`, each in its own
+`nox -t tests` runs every test session: `tests-cpp` (the engine's C++ unit tests), `tests` (one per
+package that needs only PyTorch or nothing), `tests-tf`, `tests-keras`, `tests-mxnet`, `tests-ray` and `tests-spark`, each in its own
 virtualenv, `tests-tf-oldest` and `tests-keras-oldest` (part of those tests on the oldest TensorFlow
 and Keras claimed), `build-gpu` (the core with CUDA and NCCL, compiled, linked and checked; its GPU
 tests skip without a GPU), and `bare-install` (the wheels on a Debian root with nothing but Python:
@@ -100,14 +100,16 @@ def system_deps(session: nox.Session) -> None:
 def source_hash(package: str) -> str:
     """sha256 over the path and content of every file the package's wheel is built from.
 
-    Files are those git tracks or would track (untracked but not ignored), minus tests/.
+    Files are those git tracks or would track (untracked but not ignored), minus tests/ (and the
+    core's csrc/tests/).
     """
     folders = [f"packages/{package}", *SHARED_SOURCES.get(package, [])]
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", *folders],
         cwd=ROOT, check=True, capture_output=True, text=True,
     ).stdout.split("\0")
-    tests = f"packages/{package}/tests/"
+    # The core's C++ unit tests (csrc/tests) are not part of its wheel either.
+    tests = (f"packages/{package}/tests/", f"packages/{package}/csrc/tests/")
     digest = hashlib.sha256()
     for name in sorted(set(listed)):
         path = ROOT / name
@@ -229,6 +231,25 @@ def run_tests(session: nox.Session, package: str, requirements: list[str], extra
     finally:
         if env:
             shutil.rmtree(env["TMPDIR"], ignore_errors=True)
+
+
+CPP_TESTS_BUILD = ROOT / "build" / "cpp-tests"
+
+
+@nox.session(name="tests-cpp", tags=["tests"], venv_backend="none")
+def tests_cpp(session: nox.Session) -> None:
+    """The engine's C++ unit tests (packages/horovod-core/csrc/tests, GoogleTest): configures and
+    builds them with CMake and Ninja in build/cpp-tests (incrementally on later runs; no Python
+    module, no wheel), then runs them; results also go to build/cpp-tests/results.xml. Arguments
+    after `--` go to the test binary, e.g. `-- --gtest_filter='Collectives*'`."""
+    system_deps(session)
+    session.run("cmake", "-S", str(ROOT / "packages" / "horovod-core"), "-B", str(CPP_TESTS_BUILD), "-G", "Ninja",
+                "-DHOROVOD_BUILD_MODULE=OFF", "-DHOROVOD_BUILD_TESTS=ON", "-DCMAKE_BUILD_TYPE=Release",
+                external=True, silent=True)
+    session.run("cmake", "--build", str(CPP_TESTS_BUILD), "--target", "horovod_engine_tests",
+                "--parallel", str(os.cpu_count() or 2), external=True)
+    session.run(str(CPP_TESTS_BUILD / "csrc" / "tests" / "horovod_engine_tests"),
+                f"--gtest_output=xml:{CPP_TESTS_BUILD / 'results.xml'}", *session.posargs, external=True)
 
 
 @nox.session(tags=["tests"])

@@ -9,6 +9,7 @@ packages=(
   cmake         # scikit-build-core drives CMake (it falls back to the PyPI cmake if this is too old)
   ninja-build
   libgloo-dev   # the Gloo backend: collectives and the full mesh over TCP
+  libgtest-dev  # GoogleTest, for the engine's C++ unit tests (nox -s tests-cpp)
   libopenmpi-dev  # the MPI backend plugin links Open MPI (CMake finds it through mpicc)
   openmpi-bin     # mpirun, for horovodrun --mpi and the MPI tests
   debootstrap     # the bare-install test's minimal Debian root (ci/bare_install.py)
