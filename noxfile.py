@@ -206,8 +206,10 @@ def build(session: nox.Session) -> None:
 # there when the session started, for what ignores TMPDIR (a JVM's hsperfdata_<user>, a fixed path).
 # /tmp is shared with the rest of the machine, so that second check compares entry names only and
 # ignores the names below, which other programs make while a session runs: this machine's shell
-# tools and the private folders of other nox sessions. A program outside these sessions that
-# writes into /tmp while one runs can still make it fail; the message names the entries.
+# tools and the private folders of other nox sessions; and an entry must still be there 20 s after
+# the tests end (a compiler's temporary files from another build come and go). A program outside
+# these sessions that leaves an entry in /tmp while one runs can still make it fail; the message
+# names the entries.
 TMP_NOT_OURS = ("bash_jobs.*", "bash_tool_*", "hvdnox-*")
 # TensorFlow's autograph writes generated modules into TMPDIR and removes them only at a clean
 # interpreter exit: left to the removal of the session's folder.
@@ -216,6 +218,19 @@ TMPDIR_TOLERATED = ("__autograph_generated_file*",)
 
 def _tmp_entries() -> set[str]:
     return {name for name in os.listdir("/tmp") if not any(fnmatch.fnmatch(name, p) for p in TMP_NOT_OURS)}
+
+
+def _still_new_in_tmp(before: set[str], grace_s: float = 20.0) -> list[str]:
+    """The entries of /tmp that were not in ``before`` and are still there after ``grace_s``
+    seconds: what other programs of the machine create for a moment (a compiler's cc*.s while
+    another session builds) is gone by then; what a test left behind is not."""
+    import time
+    deadline = time.monotonic() + grace_s
+    new = _tmp_entries() - before
+    while new and time.monotonic() < deadline:
+        time.sleep(1.0)
+        new &= _tmp_entries()
+    return sorted(new)
 
 
 def run_tests(session: nox.Session, package: str, requirements: list[str], extras: str = "test",
@@ -248,7 +263,7 @@ def run_tests(session: nox.Session, package: str, requirements: list[str], extra
         left_in_tmpdir = sorted(str(path.relative_to(tmpdir)) for path in tmpdir.iterdir()
                                 if not any(fnmatch.fnmatch(path.name, p) for p in TMPDIR_TOLERATED))
         shutil.rmtree(tmpdir, ignore_errors=True)
-        left_in_tmp = sorted(_tmp_entries() - before)
+        left_in_tmp = _still_new_in_tmp(before)
         if left_in_tmpdir or left_in_tmp:
             session.warn(f"left behind: in TMPDIR {left_in_tmpdir}, in /tmp {left_in_tmp}")
     if left_in_tmpdir or left_in_tmp:
