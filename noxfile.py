@@ -200,17 +200,19 @@ def build(session: nox.Session) -> None:
         ensure_wheel(session, package)
 
 
-# What a test session may not leave behind (run_tests checks it): every session runs with TMPDIR
-# set to a folder of its own, /tmp/hvdnox-XXXXXXXX (short: Open MPI puts its session sockets
-# there), which must be empty when pytest ends; and /tmp itself must hold no entry that was not
-# there when the session started, for what ignores TMPDIR (a JVM's hsperfdata_<user>, a fixed path).
-# /tmp is shared with the rest of the machine, so that second check compares entry names only and
-# ignores the names below, which other programs make while a session runs: this machine's shell
-# tools and the private folders of other nox sessions; and an entry must still be there 20 s after
-# the tests end (a compiler's temporary files from another build come and go). A program outside
-# these sessions that leaves an entry in /tmp while one runs can still make it fail; the message
-# names the entries.
-TMP_NOT_OURS = ("bash_jobs.*", "bash_tool_*", "hvdnox-*")
+# What a test session may not leave behind (run_tests checks it):
+# 1. Every session runs with TMPDIR set to a folder of its own, /tmp/hvdnox-XXXXXXXX (short: Open
+#    MPI puts its session sockets there), which must be empty when pytest ends. This check is exact:
+#    it sees what the session's processes made with tempfile (and run_ranks' jobs), and nothing else.
+# 2. /tmp itself must gain no entry, for what ignores TMPDIR (a JVM's hsperfdata_<user>, Ray's
+#    /tmp/ray, fixed paths). /tmp is shared with the rest of the machine, where other sessions,
+#    builds and pip run at the same time, so this check compares entry names only, counts an entry
+#    only if it is still there 20 s after the tests end, and ignores the names below: this
+#    machine's shell tools, other nox sessions' folders, and the temporary names that pip
+#    (pip-*), gcc (cc*) and Python's tempfile (tmp + 8 characters) give in flight. The last means
+#    that a tempfile name left in /tmp by a process that does not inherit the session's TMPDIR (one
+#    started over ssh on the test bed) is not caught; anything else still there is.
+TMP_NOT_OURS = ("bash_jobs.*", "bash_tool_*", "hvdnox-*", "pip-*", "cc??????.*", "tmp????????")
 # TensorFlow's autograph writes generated modules into TMPDIR and removes them only at a clean
 # interpreter exit: left to the removal of the session's folder.
 TMPDIR_TOLERATED = ("__autograph_generated_file*",)
