@@ -1,8 +1,9 @@
 """Broadcasting variables and Python objects, and gathering objects.
 
 Objects travel as cloudpickle bytes (horovod.common.objects): first a header (int32
-``[status, length]``, engine name ``<name>.sz``), then the bytes (uint8, ``<name>.t``). They go straight to the engine as numpy arrays whatever TF's
-mode, so the ``session`` arguments kept from upstream's TF1 API are not needed and are ignored.
+``[status, length]``, engine name ``<name>.sz``), then the bytes (uint8, ``<name>.t``). They go
+straight to the engine as numpy arrays whatever TF's mode, so the ``session`` arguments kept from
+upstream's TF1 API are not needed and are ignored.
 """
 
 

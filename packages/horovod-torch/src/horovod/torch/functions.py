@@ -189,4 +189,5 @@ def allgather_object(obj, name=None):
     """
     from horovod.common import objects
     base = objects.ALLGATHER_NAME if name is None else name
-    return objects.allgather_object(obj, lambda array, suffix: allgather(torch.from_numpy(array), base + suffix).numpy())
+    return objects.allgather_object(
+        obj, lambda array, suffix: allgather(torch.from_numpy(array), base + suffix).numpy())
