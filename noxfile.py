@@ -15,12 +15,14 @@ Sessions install the wheels the way a user does, `pip install --find-links dist 
 tests exercise what ships, not the source tree.
 """
 
+import fnmatch
 import hashlib
 import json
 import os
 import pathlib
 import shutil
 import subprocess
+import tempfile
 import zipfile
 
 import nox
@@ -200,6 +202,41 @@ def build(session: nox.Session) -> None:
         ensure_wheel(session, package)
 
 
+# What a test session may not leave behind (run_tests checks it):
+# 1. Every session runs with TMPDIR set to a folder of its own, /tmp/hvdnox-XXXXXXXX (short: Open
+#    MPI puts its session sockets there), which must be empty when pytest ends. This check is exact:
+#    it sees what the session's processes made with tempfile (and run_ranks' jobs), and nothing else.
+# 2. /tmp itself must gain no entry, for what ignores TMPDIR (a JVM's hsperfdata_<user>, Ray's
+#    /tmp/ray, fixed paths). /tmp is shared with the rest of the machine, where other sessions,
+#    builds and pip run at the same time, so this check compares entry names only, counts an entry
+#    only if it is still there 20 s after the tests end, and ignores the names below: this
+#    machine's shell tools, other nox sessions' folders, and the temporary names that pip
+#    (pip-*), gcc (cc*) and Python's tempfile (tmp + 8 characters) give in flight. The last means
+#    that a tempfile name left in /tmp by a process that does not inherit the session's TMPDIR (one
+#    started over ssh on the test bed) is not caught; anything else still there is.
+TMP_NOT_OURS = ("bash_jobs.*", "bash_tool_*", "hvdnox-*", "pip-*", "cc??????.*", "tmp????????")
+# TensorFlow's autograph writes generated modules into TMPDIR and removes them only at a clean
+# interpreter exit: left to the removal of the session's folder.
+TMPDIR_TOLERATED = ("__autograph_generated_file*",)
+
+
+def _tmp_entries() -> set[str]:
+    return {name for name in os.listdir("/tmp") if not any(fnmatch.fnmatch(name, p) for p in TMP_NOT_OURS)}
+
+
+def _still_new_in_tmp(before: set[str], grace_s: float = 20.0) -> list[str]:
+    """The entries of /tmp that were not in ``before`` and are still there after ``grace_s``
+    seconds: what other programs of the machine create for a moment (a compiler's cc*.s while
+    another session builds) is gone by then; what a test left behind is not."""
+    import time
+    deadline = time.monotonic() + grace_s
+    new = _tmp_entries() - before
+    while new and time.monotonic() < deadline:
+        time.sleep(1.0)
+        new &= _tmp_entries()
+    return sorted(new)
+
+
 def run_tests(session: nox.Session, package: str, requirements: list[str], extras: str = "test",
               tests: str | tuple[str, ...] = "tests", temp_name: str = "", ignore: tuple = ()) -> None:
     """Install `package` with its `extras` (the `test` extra) and `requirements` from dist/, then
@@ -208,7 +245,8 @@ def run_tests(session: nox.Session, package: str, requirements: list[str], extra
 
     pytest's exit status 5, "no tests collected", fails the session like any non-zero status.
     pytest's temporary folders go to build/pytest/<temp_name or package> (emptied at each run),
-    not /tmp.
+    not /tmp. The session fails when the tests leave anything in /tmp (see TMP_NOT_OURS), even
+    when they passed.
     """
     system_deps(session)
     testing = str(ROOT / "packages" / "horovod-testing")
@@ -216,21 +254,26 @@ def run_tests(session: nox.Session, package: str, requirements: list[str], extra
     session.chdir(ROOT / "packages" / package)
     basetemp = ROOT / "build" / "pytest" / (temp_name or package)
     basetemp.parent.mkdir(parents=True, exist_ok=True)
-    env = {}
-    if package in ("horovod-tf", "horovod-keras"):
-        # TensorFlow's autograph writes its generated files to the temporary folder: keep them
-        # out of /tmp (only here: Open MPI's session sockets need the short default path).
-        tmpdir = ROOT / "build" / "tmp" / (temp_name or package)
-        shutil.rmtree(tmpdir, ignore_errors=True)
-        tmpdir.mkdir(parents=True)
-        env["TMPDIR"] = str(tmpdir)
+    before = _tmp_entries()
+    tmpdir = pathlib.Path(tempfile.mkdtemp(prefix="hvdnox-", dir="/tmp"))
+    # PyTorch makes its compile cache folder (torchinductor_<user>) at the first optimizer step:
+    # a cache, kept under build/.
+    env = {"TMPDIR": str(tmpdir), "TORCHINDUCTOR_CACHE_DIR": str(ROOT / "build" / "torchinductor")}
     try:
         session.run("python", "-m", "pytest", *([tests] if isinstance(tests, str) else tests),
                     f"--basetemp={basetemp}", *(f"--ignore={path}" for path in ignore),
                     *session.posargs, env=env)
     finally:
-        if env:
-            shutil.rmtree(env["TMPDIR"], ignore_errors=True)
+        left_in_tmpdir = sorted(str(path.relative_to(tmpdir)) for path in tmpdir.iterdir()
+                                if not any(fnmatch.fnmatch(path.name, p) for p in TMPDIR_TOLERATED))
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        left_in_tmp = _still_new_in_tmp(before)
+        if left_in_tmpdir or left_in_tmp:
+            session.warn(f"left behind: in TMPDIR {left_in_tmpdir}, in /tmp {left_in_tmp}")
+    if left_in_tmpdir or left_in_tmp:
+        session.error("the tests left files behind (each test must remove what it creates, also when it fails): "
+                      + "; ".join([f"in TMPDIR: {', '.join(left_in_tmpdir)}"] * bool(left_in_tmpdir)
+                                  + [f"in /tmp: {', '.join(left_in_tmp)}"] * bool(left_in_tmp)))
 
 
 CPP_TESTS_BUILD = ROOT / "build" / "cpp-tests"

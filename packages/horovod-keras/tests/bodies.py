@@ -244,8 +244,19 @@ def callbacks():
     out['final'] = model.get_weights()
     out['schedule'] = record
 
+    with tempfile.TemporaryDirectory(prefix=f'hvd-keras-best-{r}-') as folder:
+        _best_checkpoint(keras, hvd, model, x, y, folder, out)
+    try:
+        hvd.callbacks.LearningRateScheduleCallback(initial_lr=None, multiplier=0.5)
+        out['initial_lr_none'] = None
+    except ValueError as e:
+        out['initial_lr_none'] = str(e)
+    return out
+
+
+def _best_checkpoint(keras, hvd, model, x, y, folder, out):
+    """BestModelCheckpoint: unset before training, then writes into ``folder``."""
     record = {}
-    folder = tempfile.mkdtemp(prefix=f'hvd-keras-best-{r}-')
     best = hvd.callbacks.BestModelCheckpoint(monitor='loss')
     best.set_model(model)
     try:
@@ -262,13 +273,6 @@ def callbacks():
     out['warmup'] = record['lr']
     out['best'] = (os.path.isfile(best.filepath), best.save_best_only)
 
-    try:
-        hvd.callbacks.LearningRateScheduleCallback(initial_lr=None, multiplier=0.5)
-        out['initial_lr_none'] = None
-    except ValueError as e:
-        out['initial_lr_none'] = str(e)
-    return out
-
 
 def load_model():
     """Saves a trained model with a DistributedOptimizer, then loads it with plain Keras and with
@@ -279,7 +283,11 @@ def load_model():
     model = _dense_model(keras, hvd, hvd.DistributedOptimizer(
         keras.optimizers.SGD(LR, momentum=0.5)))
     model.fit(x, y, batch_size=2, epochs=1, shuffle=False, verbose=0)
-    path = os.path.join(tempfile.mkdtemp(prefix=f'hvd-keras-load-{r}-'), 'model.keras')
+    with tempfile.TemporaryDirectory(prefix=f'hvd-keras-load-{r}-') as folder:
+        return _load_model(keras, hvd, model, x, y, os.path.join(folder, 'model.keras'))
+
+
+def _load_model(keras, hvd, model, x, y, path):
     model.save(path)
     saved_optimizer = [_np(keras, v.value) for v in model.optimizer.variables]
 

@@ -5,6 +5,7 @@ MXNet: bool arrays, the asynchronous engine, array lifetime and the result types
 import gc
 import os
 import re
+import shutil
 import tempfile
 
 import numpy as np
@@ -210,7 +211,14 @@ def engine_names():
     indices."""
     import horovod.mxnet as hvd
     import mxnet as mx
-    path = os.path.join(tempfile.mkdtemp(), 'timeline.json')
+    folder = tempfile.mkdtemp(prefix='hvd-mxnet-timeline-')
+    try:
+        return _engine_names(hvd, mx, os.path.join(folder, 'timeline.json'))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _engine_names(hvd, mx, path):
     hvd.start_timeline(path)
     x = mx.nd.ones((2 * hvd.size(), 2))
     hvd.allreduce(x, name='named')

@@ -45,10 +45,13 @@ def example_process():
     with open(out_path, 'wb') as out, open(err_path, 'wb') as err:
         proc = subprocess.Popen([horovodrun, '--gloo', '-np', '2', '-H', 'localhost:2', sys.executable, str(EXAMPLE)],
                                 stdout=out, stderr=err, env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'})
-    yield proc, out_path, err_path
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    try:
+        yield proc, out_path, err_path
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope='session')

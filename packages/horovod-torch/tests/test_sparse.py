@@ -144,3 +144,59 @@ def test_sparse_embedding_matches_single_process(job, mode):
     for r in results:
         for key, value in model.state_dict().items():
             torch.testing.assert_close(r[key], value, rtol=1e-10, atol=1e-12)
+
+
+class EmbeddingOnly(torch.nn.Module):
+    """Only sparse parameters: what torch.optim.SparseAdam accepts."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.embedding = torch.nn.Embedding(12, 4, sparse=True).double()
+        self.register_buffer('readout', torch.linspace(-1.0, 1.0, 4, dtype=torch.float64))
+
+    def forward(self, ids):
+        return self.embedding(ids).sum(1) @ self.readout
+
+
+def worker_sparse_adam():
+    import horovod.torch as hvd
+
+    hvd.init()
+    model = EmbeddingOnly()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SparseAdam(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters(),
+                                         sparse_as_dense=True)
+    layouts = []
+    for step in range(STEPS):
+        ids, y = batch(hvd.rank(), step)
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(ids), y).backward()
+        optimizer.synchronize()
+        layouts.append(model.embedding.weight.grad.layout)
+        with optimizer.skip_synchronize():
+            optimizer.step()
+    return model.embedding.weight.detach().clone(), layouts
+
+
+adam_job = job_fixture({'sparse_adam': worker_sparse_adam}, sizes=(2, 3))
+
+
+def test_sparse_as_dense_with_sparse_adam(adam_job):
+    """The averaged dense gradient becomes sparse again before SparseAdam's step; the weights
+    match SparseAdam in one process on the concatenated batches."""
+    np_, results = adam_job('sparse_adam')
+    model = EmbeddingOnly()
+    optimizer = torch.optim.SparseAdam(model.parameters(), lr=0.1)
+    for step in range(STEPS):
+        parts = [batch(r, step) for r in range(np_)]
+        optimizer.zero_grad()
+        # Equal batches: the mean loss over the concatenated batch has the ranks' average gradient.
+        torch.nn.functional.mse_loss(model(torch.cat([p[0] for p in parts])),
+                                     torch.cat([p[1] for p in parts])).backward()
+        optimizer.step()
+    for weight, layouts in results:
+        assert layouts == [torch.sparse_coo] * STEPS
+        torch.testing.assert_close(weight, model.embedding.weight.detach(), rtol=1e-10, atol=1e-12)
+        # Not a test that cannot fail: training moved the weights.
+        assert not torch.allclose(weight, EmbeddingOnly().embedding.weight.detach())

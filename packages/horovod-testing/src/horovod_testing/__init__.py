@@ -61,6 +61,7 @@ def run_ranks(np_, fn, *args, env=None, timeout=120, hosts=None):
         np_ (int): number of ranks (processes).
         fn: a picklable function (cloudpickle; module-level test functions are fine).
         env (dict): extra environment variables for every rank (values are converted with str).
+            Each rank's TMPDIR is a folder of the job's, removed at the end (``env`` may override it).
         timeout (float): seconds the whole job may take.
         hosts: lay the ranks out on fake hosts of this machine (distinct HOROVOD_HOSTNAME and the
             matching LOCAL_*/CROSS_* variables): an int H for H hosts of np_ // H ranks, or a list
@@ -74,14 +75,23 @@ def run_ranks(np_, fn, *args, env=None, timeout=120, hosts=None):
     plan = _plan(np_, hosts)
     server = RendezvousServer()
     port = server.start()
-    server.init(plan)
-    workdir = tempfile.mkdtemp(prefix="hvdtest-")
-    payload = os.path.join(workdir, "payload.pkl")
-    with open(payload, "wb") as f:
-        # sys.path first, so that the worker can import the test's own modules before unpickling.
-        pickle.dump({"sys_path": sys.path, "call": cloudpickle.dumps((fn, args))}, f)
-    procs = []
     try:
+        server.init(plan)
+    except BaseException:
+        server.stop()
+        raise
+    procs = []
+    # The job's folder: the payload, each rank's output and result, and the ranks' temporary
+    # folder (their TMPDIR, so whatever they make with tempfile goes too). Removed below, whatever
+    # happens (only a SIGKILL of this process leaves it behind).
+    workdir = tempfile.mkdtemp(prefix="hvdtest-")
+    try:
+        rank_tmp = os.path.join(workdir, "tmp")
+        os.mkdir(rank_tmp)
+        payload = os.path.join(workdir, "payload.pkl")
+        with open(payload, "wb") as f:
+            # sys.path first, so that the worker can import the test's own modules before unpickling.
+            pickle.dump({"sys_path": sys.path, "call": cloudpickle.dumps((fn, args))}, f)
         for rank in range(np_):
             slot = plan[rank]
             child_env = dict(os.environ)
@@ -94,6 +104,7 @@ def run_ranks(np_, fn, *args, env=None, timeout=120, hosts=None):
                 "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
                 SECRET_ENV: server.secret.hex(),
                 "PYTHONUNBUFFERED": "1",
+                "TMPDIR": rank_tmp,
             })
             child_env.update({k: str(v) for k, v in (env or {}).items()})
             out = open(os.path.join(workdir, f"rank{rank}.out"), "wb")

@@ -167,6 +167,103 @@ def get_average_backwards_compatibility_fun(reduce_ops):
     return handle_average_backwards_compatibility
 
 
+def _ordering_key(version):
+    """A sort key for a PEP 440 version string: its release numbers, then pre-releases and
+    development releases before the final release, post-releases after it."""
+    import re
+    release = _release(version)
+    if release is None:
+        raise ValueError(f"{version!r} is not a version (expected numbers separated by dots, like '2.5.0')")
+    rest = version.strip().lstrip("v")[len(".".join(map(str, release))):].lower()
+    if re.match(r"[._-]?(a|b|c|rc|alpha|beta|pre|preview|dev)(\d|[._-]|$)", rest):
+        stage = 0
+    elif re.match(r"[._-]?(post|rev|r)(\d|[._-]|$)", rest):
+        stage = 2
+    else:
+        stage = 1
+    return release, stage
+
+
+@_cache
+def is_version_greater_equal_than(ver, target):
+    """Whether version ``ver`` is at least ``target``.
+
+    Args:
+        ver (str): a version, e.g. ``tf.__version__`` (``'2.15.0'``, ``'2.16.0rc1'``).
+        target (str): ``'major.minor.patch'``, three integers.
+
+    Returns:
+        bool. Pre-releases come before their release (``'2.16.0rc1'`` is not >= ``'2.16.0'``);
+        missing parts count as 0. Answers are memoised.
+
+    Raises:
+        ValueError: an argument is not a str, ``target`` is not three dot-separated integers, or
+            ``ver`` starts with no version number.
+    """
+    import re
+    if not isinstance(ver, str) or not isinstance(target, str):
+        raise ValueError(f"versions must be given as str, got {type(ver).__name__} and {type(target).__name__}")
+    if not re.fullmatch(r"\d+\.\d+\.\d+", target.strip()):
+        raise ValueError(f"target version {target!r} must be 'major.minor.patch' (three integers separated by dots)")
+    (have, have_stage), (want, want_stage) = _ordering_key(ver), _ordering_key(target)
+    have, want = _padded(have, want)
+    return (have, have_stage) >= (want, want_stage)
+
+
+def check_installed_version(name, version, exception=None):
+    """Checks that framework ``name`` is installed at ``version``.
+
+    Args:
+        name (str): the framework's distribution name (``'torch'``, ``'tensorflow'``, ``'mxnet'``).
+        version (str): the version the caller was made for.
+        exception (BaseException or None): an error met while loading the caller's extension; it
+            is raised again when the versions agree (the mismatch was not its cause).
+
+    Raises:
+        HorovodVersionMismatchError: the installed version differs from ``version`` (chained to
+            ``exception`` when given).
+        the given ``exception``: when the versions agree or ``name`` is not installed.
+    """
+    from importlib import metadata
+
+    from horovod.common.exceptions import HorovodVersionMismatchError
+    try:
+        installed = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        installed = None
+    if installed is not None and installed != version:
+        raise HorovodVersionMismatchError(name, version, installed) from exception
+    if exception is not None:
+        raise exception
+
+
+def get_ext_suffix():
+    """The file name ending of this interpreter's compiled extension modules
+    (``'.cpython-311-x86_64-linux-gnu.so'``)."""
+    import sysconfig
+    return sysconfig.get_config_var("EXT_SUFFIX") or sysconfig.get_config_var("SO")
+
+
+def get_extension_full_path(pkg_path, *args):
+    """The path of a compiled extension module: ``args`` are its folders below the folder of
+    ``pkg_path`` (a module's ``__file__``), then its base name, to which the extension suffix is
+    added. ``get_extension_full_path(horovod.common.__file__, '_core')`` is the core's library."""
+    if not args:
+        raise ValueError("expected at least the extension's base name after pkg_path")
+    folder = os.path.dirname(os.path.realpath(pkg_path))
+    return os.path.join(folder, *args[:-1], args[-1] + get_ext_suffix())
+
+
+def check_extension(ext_name, ext_env_var, pkg_path, *args):
+    """Raises ImportError naming ``ext_name`` and the build variable ``ext_env_var`` (e.g.
+    ``HOROVOD_WITH_PYTORCH``) when the extension ``get_extension_full_path(pkg_path, *args)``
+    does not exist; returns None when it does."""
+    full_path = get_extension_full_path(pkg_path, *args)
+    if not os.path.exists(full_path):
+        raise ImportError(f"Extension {ext_name} has not been built ({full_path} does not exist). "
+                          f"If this is not expected, reinstall Horovod with {ext_env_var}=1 to debug the build error.")
+
+
 # The framework packages and the launcher each declare (Requires-Dist) the range of horovod-core
 # versions they work with. pip keeps them compatible when it installs them together; the framework
 # packages also check at import, with check_framework_package, what pip does not catch (a later

@@ -1,10 +1,7 @@
 """Helpers that bring model parameters and Python objects into agreement across ranks."""
 
-import io
 import types
 
-import cloudpickle
-import numpy as np
 from horovod.mxnet import mpi_ops
 from horovod.mxnet.mpi_ops import allgather, broadcast_, rank, size
 
@@ -90,73 +87,60 @@ def _broadcast_after_init(param, root_rank, name):
     param._init_impl = types.MethodType(init_then_broadcast, param)
 
 
-def _to_bytes_array(obj):
-    buffer = io.BytesIO()
-    cloudpickle.dump(obj, buffer)
-    return mx.nd.array(np.frombuffer(buffer.getvalue(), dtype=np.uint8), dtype=np.uint8)
-
-
-def _from_bytes_array(array):
-    return cloudpickle.loads(array.asnumpy().tobytes())
-
-
 def broadcast_object(obj, root_rank=0, name=None):
     """Sends a picklable Python object from the root to every rank (global process set).
 
-    The root serialises ``obj`` with cloudpickle; its length (int32, engine name
-    ``horovod_broadcast.<name>.sz``) and then its bytes (uint8, ``horovod_broadcast.<name>.t``)
-    are broadcast.
+    The root serialises ``obj`` with cloudpickle; a header (int32 ``[status, length]``, engine
+    name ``horovod_broadcast.<name>.sz``) and then the bytes (uint8, ``horovod_broadcast.<name>.t``)
+    are broadcast (horovod.common.objects).
 
     Args:
-        obj: any object cloudpickle can serialise; ignored on the other ranks.
+        obj: any object cloudpickle can serialise; ignored on the other ranks (``None`` is fine).
         root_rank: the global rank whose object is sent (default 0).
         name: base name of the two broadcasts, the same on every rank; default
-            ``type(obj).__name__``.
+            ``'broadcast_object'``.
 
     Returns:
         The root's object (on the root, ``obj`` itself; elsewhere an unpickled copy).
 
     Raises:
         ValueError: ``root_rank`` is not an int or not a rank.
+        the root's exception (on the root) and horovod.common.objects.ObjectTransferError (on the
+            other ranks, naming the root): ``obj`` cannot be serialised on the root.
         HorovodInternalError: the ranks' names or roots disagree, or Horovod is not running.
     """
-    if name is None:
-        name = type(obj).__name__
-    is_root = rank() == root_rank
-    payload = _to_bytes_array(obj) if is_root else None
-    length = mx.nd.array([payload.size if is_root else 0], dtype=np.int32)
-    broadcast_(length, root_rank, name + '.sz')
-    if not is_root:
-        payload = mx.nd.zeros((int(length.asscalar()),), dtype=np.uint8)
-    broadcast_(payload, root_rank, name + '.t')
-    return obj if is_root else _from_bytes_array(payload)
+    from horovod.common import objects
+    base = objects.BROADCAST_NAME if name is None else name
+
+    def run(array, suffix):
+        tensor = mx.nd.array(array, dtype=array.dtype)
+        broadcast_(tensor, root_rank, base + suffix)
+        return tensor.asnumpy()
+
+    return objects.broadcast_object(obj, rank() == root_rank, root_rank, run)
 
 
 def allgather_object(obj, name=None):
     """Gathers a picklable Python object from every rank (global process set).
 
-    Each rank serialises ``obj`` with cloudpickle; the lengths (int32, engine name
-    ``horovod_allgather.<name>.sz``) and then the bytes (uint8, ``horovod_allgather.<name>.t``)
-    are gathered.
+    Each rank serialises ``obj`` with cloudpickle; headers (int32 ``[status, length]``, engine
+    name ``horovod_allgather.<name>.sz``) and then the bytes (uint8, ``horovod_allgather.<name>.t``)
+    are gathered (horovod.common.objects).
 
     Args:
         obj: any object cloudpickle can serialise.
         name: base name of the two allgathers, the same on every rank; default
-            ``type(obj).__name__``.
+            ``'allgather_object'``.
 
     Returns:
         list of ``size()`` objects in rank order (this rank's entry is an unpickled copy).
 
     Raises:
+        this rank's exception when its ``obj`` cannot be serialised, and
+            horovod.common.objects.ObjectTransferError on the others, naming the failed ranks.
         HorovodInternalError: the ranks' names disagree, or Horovod is not running.
     """
-    if name is None:
-        name = type(obj).__name__
-    payload = _to_bytes_array(obj)
-    lengths = allgather(mx.nd.array([payload.size], dtype=np.int32), name=name + '.sz')
-    gathered = allgather(payload, name=name + '.t').asnumpy()
-    objects, offset = [], 0
-    for length in lengths.asnumpy().tolist():
-        objects.append(cloudpickle.loads(gathered[offset:offset + length].tobytes()))
-        offset += length
-    return objects
+    from horovod.common import objects
+    base = objects.ALLGATHER_NAME if name is None else name
+    return objects.allgather_object(
+        obj, lambda array, suffix: allgather(mx.nd.array(array, dtype=array.dtype), name=base + suffix).asnumpy())

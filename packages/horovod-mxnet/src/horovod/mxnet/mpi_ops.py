@@ -414,6 +414,11 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
     return tensor
 
 
+class AlltoallArgumentError(ValueError, mx.base.MXNetError):
+    """An alltoall refused at submission (bad splits, dimension 0 not divisible by the set size
+    without splits, ...): a ValueError, and an ``mxnet.base.MXNetError`` as MXNet reports it."""
+
+
 def _splits_list(splits):
     """``splits`` as the engine takes it: None or a list of ints."""
     if splits is None:
@@ -460,20 +465,26 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
         received from each member.
 
     Raises:
-        ValueError: not a dense CPU NDArray, unsupported dtype, splits that are not ints or an
-            int32 CPU NDArray, of the wrong length, summing past dimension 0, or (without
-            splits) dimension 0 not divisible by the set size; a non-int priority, a name
-            already in flight, an unregistered process set or this rank not in it.
+        ValueError: not a dense CPU NDArray, unsupported dtype, a non-int priority.
+        AlltoallArgumentError (a ValueError and an mxnet.base.MXNetError): splits that are not
+            ints or an int32 CPU NDArray, of the wrong length, summing past dimension 0, or
+            (without splits) dimension 0 not divisible by the set size; a name already in
+            flight, an unregistered process set or this rank not in it.
         HorovodInternalError: members disagree on dtype or dimensions 1 and up; Horovod is not
             running; a peer was lost.
     """
     _check_array(tensor, _MOVE_DTYPES, 'alltoall')
     _check_priority(priority)
-    engine_splits = _splits_list(splits)
-    set_id = _process_set_id(process_set)
-    [engine_name] = _engine_names('alltoall', name, set_id)
-    handle = _ops.new_handle()
-    _ops.alltoall_async(handle, _dlpack.for_read(tensor), engine_splits, engine_name, set_id)
+    try:
+        engine_splits = _splits_list(splits)
+        set_id = _process_set_id(process_set)
+        [engine_name] = _engine_names('alltoall', name, set_id)
+        handle = _ops.new_handle()
+        _ops.alltoall_async(handle, _dlpack.for_read(tensor), engine_splits, engine_name, set_id)
+    except ValueError as error:
+        if isinstance(error, AlltoallArgumentError):
+            raise
+        raise AlltoallArgumentError(str(error)) from None
     _in_flight[handle] = (tensor,)
     output, received_splits = _wait(handle)
     return output if splits is None else (output, received_splits)

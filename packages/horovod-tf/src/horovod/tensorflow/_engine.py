@@ -75,11 +75,33 @@ def _tf_error(message):
     disagreed (dtype, shape, op, root, ...), ``tf.errors.UnknownError`` otherwise (shutdown, a
     lost peer); both are also ``HorovodInternalError``."""
     import tensorflow as tf
-    if not _error_classes:
+    if "mismatch" not in _error_classes:
         _error_classes["mismatch"] = _error_class(tf.errors.FailedPreconditionError)
         _error_classes["other"] = _error_class(tf.errors.UnknownError)
     kind = "mismatch" if "ismatch" in message else "other"
     return _error_classes[kind](message)
+
+
+def invalid_argument(message):
+    """The exception for an argument the engine (or the binding) refuses when an operation is
+    submitted: unknown or unregistered process set, this rank or the root outside the set, bad
+    alltoall splits, a name already in flight. A ``tf.errors.InvalidArgumentError`` (core.md's
+    status mapping) that is also a ``ValueError`` (the project's rule for bad input)."""
+    import tensorflow as tf
+    if "invalid" not in _error_classes:
+        def __init__(self, message):
+            tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+
+        _error_classes["invalid"] = type("InvalidArgumentError", (tf.errors.InvalidArgumentError, ValueError),
+                                         {"__init__": __init__, "__module__": __name__})
+    return _error_classes["invalid"](message)
+
+
+def not_initialised(message):
+    """``tf.errors.FailedPreconditionError`` that is also ``HorovodInternalError``: an operation
+    submitted before ``hvd.init()`` or after ``hvd.shutdown()``."""
+    _tf_error("mismatch")  # makes the classes
+    return _error_classes["mismatch"](message)
 
 
 def _op_title(kind):
@@ -117,10 +139,30 @@ def start(kind, arrays, names, params):
             ``root`` or ``splits`` (None or a 1-D int32 array).
 
     Raises:
-        ValueError: what the engine refuses at submission (a name in flight, a bad root, bad
-            splits, an unknown process set, this rank not a member).
-        HorovodInternalError: Horovod is not initialised or was shut down.
+        tf.errors.InvalidArgumentError (also ValueError): what the engine refuses at submission
+            (a name in flight, a bad root, bad splits, an unknown process set, this rank not a
+            member).
+        tf.errors.FailedPreconditionError (also HorovodInternalError): Horovod is not initialised
+            or was shut down.
     """
+    try:
+        return _start(kind, arrays, names, params)
+    except EngineError:
+        raise
+    except ValueError as error:
+        if isinstance(error, tf_errors().InvalidArgumentError):
+            raise
+        raise invalid_argument(str(error)) from None
+    except HorovodInternalError as error:
+        raise not_initialised(str(error)) from None
+
+
+def tf_errors():
+    import tensorflow as tf
+    return tf.errors
+
+
+def _start(kind, arrays, names, params):
     arrays = [_as_input(a) for a in arrays]
     handle = _ops.new_handle()
     set_id = params["set_id"]

@@ -1,14 +1,12 @@
 """Broadcasting variables and Python objects, and gathering objects.
 
-Objects travel as cloudpickle bytes: first their length (int32, engine name ``<name>.sz``), then
-the bytes (uint8, ``<name>.t``). They go straight to the engine as numpy arrays whatever TF's
-mode, so the ``session`` arguments kept from upstream's TF1 API are not needed and are ignored.
+Objects travel as cloudpickle bytes (horovod.common.objects): first a header (int32
+``[status, length]``, engine name ``<name>.sz``), then the bytes (uint8, ``<name>.t``). They go
+straight to the engine as numpy arrays whatever TF's mode, so the ``session`` arguments kept from
+upstream's TF1 API are not needed and are ignored.
 """
 
-import io
 
-import cloudpickle
-import numpy as np
 import tensorflow as tf
 
 from horovod.tensorflow.util import _no_autograph
@@ -94,21 +92,15 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
         session.run(self.bcast_op)
 
 
-def _to_bytes(obj):
-    buffer = io.BytesIO()
-    cloudpickle.dump(obj, buffer)
-    # A writable buffer: the engine takes no read-only arrays.
-    return np.frombuffer(bytearray(buffer.getvalue()), dtype=np.uint8)
-
-
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
     """Sends a picklable Python object from the root to every rank of ``process_set``.
 
     Args:
-        obj: anything cloudpickle can serialise; ignored on other ranks.
+        obj: anything cloudpickle can serialise; ignored on other ranks (``None`` is fine).
         root_rank: global rank whose object is sent.
         session: ignored (TF1 compatibility).
-        name: base engine name; default ``type(obj).__name__``; the same on every rank.
+        name: base engine name; default ``'broadcast_object'`` (``'allgather_object'`` for
+            allgather_object); the same on every rank.
         process_set: the ``ProcessSet`` to broadcast within.
 
     Returns:
@@ -118,18 +110,18 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
         ValueError: root_rank not an int or not in the set.
         tf.errors.FailedPreconditionError (also HorovodInternalError): ranks disagree on the
             name's payload or root.
+        the root's exception (on the root) and horovod.common.objects.ObjectTransferError (on
+            the other ranks, naming the root): ``obj`` cannot be serialised on the root.
     """
+    from horovod.common import objects
     root_rank = _check_root(root_rank)
-    set_id = _process_set_id(process_set)
-    name = type(obj).__name__ if name is None else name
-    is_root = rank() == root_rank
-    payload = _to_bytes(obj) if is_root else None
-    length = np.array([payload.size if is_root else 0], dtype=np.int32)
-    params = {'set_id': set_id, 'root': root_rank}
-    length = _engine.run('broadcast', [length], [f'broadcast.{name}.sz'], params)[0]
-    data = payload if is_root else np.zeros(int(length[0]), dtype=np.uint8)
-    data = _engine.run('broadcast', [data], [f'broadcast.{name}.t'], params)[0]
-    return obj if is_root else cloudpickle.loads(data.tobytes())
+    params = {'set_id': _process_set_id(process_set), 'root': root_rank}
+    base = objects.BROADCAST_NAME if name is None else name
+
+    def run(array, suffix):
+        return _engine.run('broadcast', [array], [f'broadcast.{base}{suffix}'], params)[0]
+
+    return objects.broadcast_object(obj, rank() == root_rank, root_rank, run)
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
@@ -149,7 +141,8 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
     Args:
         obj: anything cloudpickle can serialise.
         session: ignored (TF1 compatibility).
-        name: base engine name; default ``type(obj).__name__``; the same on every rank.
+        name: base engine name; default ``'broadcast_object'`` (``'allgather_object'`` for
+            allgather_object); the same on every rank.
         process_set: the ``ProcessSet`` to gather over.
 
     Returns:
@@ -157,13 +150,11 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
 
     Raises:
         tf.errors.FailedPreconditionError (also HorovodInternalError): the ranks' names disagree.
+        this rank's exception when its ``obj`` cannot be serialised, and
+            horovod.common.objects.ObjectTransferError on the others, naming the failed ranks.
     """
-    set_id = _process_set_id(process_set)
-    name = type(obj).__name__ if name is None else name
-    payload = _to_bytes(obj)
-    params = {'set_id': set_id}
-    lengths = _engine.run('allgather', [np.array([payload.size], dtype=np.int32)], [f'allgather.{name}.sz'],
-                          params)[0]
-    data = _engine.run('allgather', [payload], [f'allgather.{name}.t'], params)[0]
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    return [cloudpickle.loads(data[offsets[i]:offsets[i + 1]].tobytes()) for i in range(len(lengths))]
+    from horovod.common import objects
+    params = {'set_id': _process_set_id(process_set)}
+    base = objects.ALLGATHER_NAME if name is None else name
+    return objects.allgather_object(
+        obj, lambda array, suffix: _engine.run('allgather', [array], [f'allgather.{base}{suffix}'], params)[0])

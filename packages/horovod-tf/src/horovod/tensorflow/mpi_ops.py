@@ -34,11 +34,20 @@ from horovod.common.api import (  # noqa: F401 (used here, or exported by horovo
     handle_average_backwards_compatibility, is_homogeneous, is_initialized, local_rank, local_size, rank, size,
 )
 from horovod.common.process_sets import (  # noqa: F401 (_temp_process_set_object: as upstream's mpi_ops)
-    _registered_id as _process_set_id,
+    _registered_id as _registered_process_set_id,
     _temp_process_set_object,
 )
 from horovod.tensorflow import _engine
 from horovod.tensorflow.util import _no_autograph
+
+
+def _process_set_id(process_set):
+    """The id of a registered ``process_set``; otherwise tf.errors.InvalidArgumentError (also
+    ValueError)."""
+    try:
+        return _registered_process_set_id(process_set)
+    except ValueError as error:
+        raise _engine.invalid_argument(str(error)) from None
 
 _ALLREDUCE_DTYPES = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.float32, tf.float64)
 _MOVE_DTYPES = _ALLREDUCE_DTYPES + (tf.uint16, tf.int16, tf.bool)
@@ -458,9 +467,10 @@ def _splits_array(splits):
         return tf.constant(list(splits), dtype=tf.int32)
     splits = _to_tensor(splits, 'alltoall')
     if splits.dtype not in (tf.int32, tf.int64):
-        raise ValueError(f'alltoall splits must be int32 (or a list of ints), got dtype {splits.dtype.name}.')
+        raise _engine.invalid_argument(
+            f'alltoall splits must be int32 (or a list of ints), got dtype {splits.dtype.name}.')
     if splits.shape.rank is not None and splits.shape.rank != 1:
-        raise ValueError(f'alltoall splits must be a 1-D tensor, got shape {splits.shape}.')
+        raise _engine.invalid_argument(f'alltoall splits must be a 1-D tensor, got shape {splits.shape}.')
     return tf.cast(splits, tf.int32)
 
 

@@ -84,6 +84,7 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
     For Average the gradients are prescaled by ``1/gradient_predivide_factor`` and postscaled by
     it. None gradients stay None. Ops live under ``tf.name_scope(name + '_Allreduce')``; eagerly
     the groups keep fixed engine names, so the engine's response cache serves every step.
+    On a rank outside ``process_set`` the gradients are returned unchanged.
     """
     if op == Average:
         prescale, postscale = 1.0 / gradient_predivide_factor, gradient_predivide_factor
@@ -93,6 +94,9 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
     @_no_autograph
     def allreduce_grads(grads, vars=None, use_generic_names=False):
         grads = list(grads)
+        if process_set.included() is False:
+            # This rank is not in the set: its gradients stay local, unchanged.
+            return grads
         with tf.name_scope(name + '_Allreduce'):
             if sparse_as_dense:
                 grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
@@ -147,6 +151,8 @@ def _reduce_with_locals(allreduce_grads, grads, vars, local_refs, process_set, s
     """Reduces the gradients of non-local variables; local ones are kept (divided by the set size
     when ``scale_local_gradients`` and there is a local variable)."""
     grads = list(grads)
+    if process_set.included() is False:
+        return grads
     is_local = [v is not None and _ref(v) in local_refs for v in vars]
     global_idx = [i for i, loc in enumerate(is_local) if not loc]
     reduced = allreduce_grads([grads[i] for i in global_idx], [vars[i] for i in global_idx], use_generic_names)

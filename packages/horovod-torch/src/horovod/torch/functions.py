@@ -2,9 +2,7 @@
 across ranks."""
 
 import collections
-import io
 
-import cloudpickle
 from horovod.torch.mpi_ops import (
     allgather,
     broadcast_,
@@ -135,26 +133,17 @@ def _initialize_state(optimizer, model):
         optimizer.step()
 
 
-def _to_bytes_tensor(obj):
-    buffer = io.BytesIO()
-    cloudpickle.dump(obj, buffer)
-    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
-
-
-def _from_bytes_tensor(tensor):
-    return cloudpickle.loads(tensor.numpy().tobytes())
-
-
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Sends a picklable Python object from the root to every rank of ``process_set``.
 
-    The root serialises ``obj`` with cloudpickle; its length (int32, engine name
-    ``broadcast.<name>.sz``) and then its bytes (uint8, ``broadcast.<name>.t``) are broadcast.
+    The root serialises ``obj`` with cloudpickle; a header (int32 ``[status, length]``, engine
+    name ``broadcast.<name>.sz``) and then the bytes (uint8, ``broadcast.<name>.t``) are broadcast
+    (horovod.common.objects).
 
     Args:
-        obj: any object cloudpickle can serialise; ignored on non-root ranks.
+        obj: any object cloudpickle can serialise; ignored on non-root ranks (``None`` is fine).
         root_rank: the global rank whose object is sent (default 0).
-        name: base name of the two broadcasts; default ``type(obj).__name__``. Ranks must use
+        name: base name of the two broadcasts; default ``'broadcast_object'``. Ranks must use
             the same name.
         process_set: the ``ProcessSet`` to broadcast within (default: all ranks).
 
@@ -163,41 +152,42 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
     Raises:
         ValueError: ``root_rank`` is not in ``process_set``.
+        the root's exception (on the root) and horovod.common.objects.ObjectTransferError (on the
+            other ranks, naming the root): ``obj`` cannot be serialised on the root.
         HorovodInternalError: the ranks' names or roots disagree, or Horovod is not running.
     """
-    if name is None:
-        name = type(obj).__name__
-    is_root = rank() == root_rank
-    payload = _to_bytes_tensor(obj) if is_root else None
-    length = torch.tensor([payload.numel() if is_root else 0], dtype=torch.int32)
-    broadcast_(length, root_rank, name + '.sz', process_set)
-    if not is_root:
-        payload = torch.empty(int(length.item()), dtype=torch.uint8)
-    broadcast_(payload, root_rank, name + '.t', process_set)
-    return obj if is_root else _from_bytes_tensor(payload)
+    from horovod.common import objects
+    base = objects.BROADCAST_NAME if name is None else name
+
+    def run(array, suffix):
+        tensor = torch.from_numpy(array)
+        broadcast_(tensor, root_rank, base + suffix, process_set)
+        return tensor.numpy()
+
+    return objects.broadcast_object(obj, rank() == root_rank, root_rank, run)
 
 
 def allgather_object(obj, name=None):
     """Gathers a picklable Python object from every rank; uses the global process set.
 
-    Each rank serialises ``obj`` with cloudpickle; the lengths (int32, engine name
-    ``allgather.<name>.sz``) and then the bytes (uint8, ``allgather.<name>.t``) are gathered.
+    Each rank serialises ``obj`` with cloudpickle; headers (int32 ``[status, length]``, engine
+    name ``allgather.<name>.sz``) and then the bytes (uint8, ``allgather.<name>.t``) are gathered
+    (horovod.common.objects).
 
     Args:
         obj: any object cloudpickle can serialise.
-        name: base name of the two allgathers; default ``type(obj).__name__``. Ranks must use
-            the same name.
+        name: base name of the two allgathers; default ``'allgather_object'``. Ranks must use the
+            same name.
 
     Returns:
         list of ``size()`` objects, in rank order (this rank's entry is an unpickled copy).
 
     Raises:
+        this rank's exception when its ``obj`` cannot be serialised, and
+            horovod.common.objects.ObjectTransferError on the others, naming the failed ranks.
         HorovodInternalError: the ranks' names disagree, or Horovod is not running.
     """
-    if name is None:
-        name = type(obj).__name__
-    payload = _to_bytes_tensor(obj)
-    lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int32), name + '.sz')
-    gathered = allgather(payload, name + '.t')
-    return [_from_bytes_tensor(chunk)
-            for chunk in torch.split(gathered, lengths.tolist())]
+    from horovod.common import objects
+    base = objects.ALLGATHER_NAME if name is None else name
+    return objects.allgather_object(
+        obj, lambda array, suffix: allgather(torch.from_numpy(array), base + suffix).numpy())

@@ -106,6 +106,10 @@ class _DistributedOptimizer:
                                                  lambda i, j: f'allreduce.noname.{i}.{j}')
 
         self._handles = {}
+        # param -> sparse_dim of its sparse gradient, for those that sparse_as_dense made dense
+        # for the allreduce: made sparse again before the wrapped optimizer's step (an optimizer
+        # such as SparseAdam takes only sparse gradients).
+        self._densified = {}
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
@@ -188,6 +192,7 @@ class _DistributedOptimizer:
                         process_set=self.process_set)
                     self._handles[p] = (handle, None)
                     return
+                self._densified[p] = p.grad.sparse_dim()
                 p.grad = p.grad.to_dense()
             elif not p.grad.is_contiguous():
                 p.grad = p.grad.contiguous()
@@ -244,9 +249,13 @@ class _DistributedOptimizer:
                     outputs = [outputs]
                 for q, output in zip(unit, outputs, strict=True):
                     q.grad.set_(self._compression.decompress(output, self._handles[q][1]))
+                    if q in self._densified:
+                        # The rows (sparse_dim leading indices) that are not all zero.
+                        q.grad = q.grad.to_sparse(self._densified[q])
         finally:
             self._reset_delays(self.backward_passes_per_step)
             self._handles.clear()
+            self._densified.clear()
         self._synchronized = True
 
     @contextlib.contextmanager
@@ -492,7 +501,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             near-equal length, in rank 0's order) or a list of lists of parameters; each group
             is allreduced with one grouped allreduce once all its gradients are ready.
             Parameters in no group are allreduced alone. Default: no groups.
-        sparse_as_dense: convert sparse gradients to dense before the allreduce. Otherwise
+        sparse_as_dense: convert sparse gradients to dense before the allreduce, and the
+            averaged result back to a sparse gradient (of the same sparse_dim, holding the
+            slices that are not all zero) before the wrapped optimizer's step, so that
+            optimizers taking only sparse gradients (``torch.optim.SparseAdam``) work. Otherwise
             a sparse gradient is reduced by allgathering its indices and values
             (``sparse_allreduce_async``; ``op`` Average or Sum, not in a group).
         process_set: the ``ProcessSet`` to reduce over (default: all ranks).

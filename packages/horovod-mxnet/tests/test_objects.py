@@ -1,0 +1,13 @@
+"""broadcast_object / allgather_object of horovod.mxnet: the same default names on every rank whatever
+the local object (the idiom ``broadcast_object(obj if rank() == 0 else None)``), and a rank that
+cannot serialise its object makes the others raise instead of wait."""
+
+import pytest
+
+from horovod_testing import run_ranks
+from horovod_testing.objects import check_object_results, object_checks
+
+
+@pytest.mark.parametrize('np_', [2, 3])
+def test_object_collectives(np_):
+    check_object_results(run_ranks(np_, object_checks, 'horovod.mxnet', timeout=300))
