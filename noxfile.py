@@ -1,11 +1,11 @@
 """Every developer task of the monorepo: `nox -s build | lint | demo | bench`, and `nox -t tests`.
 
 `nox -t tests` runs every test session: `tests-cpp` (the engine's C++ unit tests), `tests` (one per
-package that needs only PyTorch or nothing), `tests-tf`, `tests-keras`, `tests-mxnet`, `tests-ray` and `tests-spark`, each in its own
-virtualenv, `tests-tf-oldest` and `tests-keras-oldest` (part of those tests on the oldest TensorFlow
-and Keras claimed), `build-gpu` (the core with CUDA and NCCL, compiled, linked and checked; its GPU
-tests skip without a GPU), and `bare-install` (the wheels on a Debian root with nothing but Python:
-ci/bare_install.py).
+package that needs only PyTorch or nothing), `tests-tf`, `tests-keras`, `tests-mxnet`, `tests-ray`
+and `tests-spark`, each in its own virtualenv, `tests-tf-oldest` and `tests-keras-oldest` (part of
+those tests on the oldest TensorFlow and Keras claimed), `build-gpu` (the core with CUDA and NCCL,
+compiled, linked and checked; its GPU tests skip without a GPU), and `bare-install` (the wheels on a
+Debian root with nothing but Python: ci/bare_install.py).
 
 Wheels are built into dist/ once per change of a package's sources: next to each wheel lies
 `<package>.sha256`, a hash of the files the wheel is built from, and every session that needs a
