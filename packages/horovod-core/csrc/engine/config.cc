@@ -82,11 +82,14 @@ const std::vector<Knob>& Knobs() {
       {"HOROVOD_GLOO_IFACE", "", "network interface for the data transport", STRING_KNOB(gloo_iface)},
       {"HOROVOD_GLOO_TIMEOUT_SECONDS", "30", "rendezvous and collective I/O timeout, seconds",
        DOUBLE_KNOB("HOROVOD_GLOO_TIMEOUT_SECONDS", gloo_timeout_seconds, 0.001)},
+      // Empty, the documented default, means unset: the backend is chosen as engine.h says.
       {"HOROVOD_CONTROLLER", "", "negotiation transport: gloo or mpi",
-       [](Config& c, const std::string& v) { c.controller = OneOf("HOROVOD_CONTROLLER", v, {"gloo", "mpi"}); }},
+       [](Config& c, const std::string& v) {
+         c.controller = v.empty() ? "" : OneOf("HOROVOD_CONTROLLER", v, {"gloo", "mpi"});
+       }},
       {"HOROVOD_CPU_OPERATIONS", "", "backend for CPU tensors: gloo, mpi or ccl",
        [](Config& c, const std::string& v) {
-         c.cpu_operations = OneOf("HOROVOD_CPU_OPERATIONS", v, {"gloo", "mpi", "ccl"});
+         c.cpu_operations = v.empty() ? "" : OneOf("HOROVOD_CPU_OPERATIONS", v, {"gloo", "mpi", "ccl"});
        }},
       {"HOROVOD_CYCLE_TIME", "1", "longest wait of the background thread between cycles, milliseconds",
        DOUBLE_KNOB("HOROVOD_CYCLE_TIME", cycle_time_ms, 0.0)},

@@ -44,8 +44,7 @@ TEST(Config, EmptyEnvironmentGivesTheDefaults) {
 }
 
 // The table's default texts are what the Config struct holds when nothing is set: setting every
-// variable to its documented default changes no field. (An empty default means "unset"; the
-// choice knobs refuse an empty value, so those stay out of the environment.)
+// variable to its documented default changes no field, the empty defaults ("unset") included.
 TEST(Config, DocumentedDefaultsMatchTheStruct) {
   std::map<std::string, std::string> env;
   std::set<std::string> names;
@@ -53,7 +52,7 @@ TEST(Config, DocumentedDefaultsMatchTheStruct) {
     EXPECT_TRUE(names.insert(knob.name).second) << knob.name << " is declared twice";
     EXPECT_EQ(std::string(knob.name).rfind("HOROVOD_", 0), 0u) << knob.name;
     EXPECT_GT(std::string(knob.doc).size(), 0u) << knob.name;
-    if (*knob.default_value != '\0') env[knob.name] = knob.default_value;
+    env[knob.name] = knob.default_value;
   }
   const Config d = ParseConfig({});
   const Config c = ParseConfig(env);
@@ -78,6 +77,9 @@ TEST(Config, DocumentedDefaultsMatchTheStruct) {
   EXPECT_EQ(c.autotune, d.autotune);
   EXPECT_EQ(c.elastic, d.elastic);
   EXPECT_EQ(c.disable_group_fusion, d.disable_group_fusion);
+  EXPECT_EQ(c.controller, d.controller);
+  EXPECT_EQ(c.cpu_operations, d.cpu_operations);
+  EXPECT_EQ(c.gloo_iface, d.gloo_iface);
   // ...but a variable that is set counts as fixed for autotune.
   EXPECT_TRUE(c.fusion_threshold_fixed);
   EXPECT_TRUE(c.cycle_time_fixed);
