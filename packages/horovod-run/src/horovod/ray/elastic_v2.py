@@ -271,12 +271,9 @@ class ElasticAdapter(Adapter):
     # --- one worker ---------------------------------------------------------------------------
 
     def _worker_env(self, slot_info, gpu_ids: List[int]) -> Dict[str, str]:
-        env = dict(self.run_vars)
-        env.update(self._extra_env_vars)
-        env["PYTHONUNBUFFERED"] = "1"
-        env.update(gloo_run.create_slot_env_vars(slot_info))
-        env["HOROVOD_ELASTIC_TIMEOUT"] = str(self.params.elastic_timeout)
-        env[SECRET_ENV] = self.rendezvous.secret.hex()
+        env = gloo_run.create_worker_env(self._extra_env_vars, slot_info, self.run_vars,
+                                         HOROVOD_ELASTIC_TIMEOUT=str(self.params.elastic_timeout),
+                                         **{SECRET_ENV: self.rendezvous.secret.hex()})
         if self.params.use_gpu:
             # The GPUs of every worker of this node that runs now, this one's included (spec §5).
             with self._lock:

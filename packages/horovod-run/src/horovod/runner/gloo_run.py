@@ -42,6 +42,19 @@ def create_slot_env_vars(slot_info):
     }
 
 
+def create_worker_env(env, slot_info, run_vars, **extra):
+    """The environment of the worker in ``slot_info`` (a ``SlotInfo``): ``env`` (a dict), the
+    slot's topology (:func:`create_slot_env_vars`), ``run_vars`` (the rendezvous and the
+    interfaces: :func:`create_run_env_vars`), unbuffered Python output and ``extra``. Used by
+    horovodrun, horovod.spark and horovod.ray's elastic executor."""
+    worker_env = dict(env)
+    worker_env.update(create_slot_env_vars(slot_info))
+    worker_env.update(run_vars)
+    worker_env["PYTHONUNBUFFERED"] = "1"
+    worker_env.update(extra)
+    return worker_env
+
+
 def create_run_env_vars(server_ip, nics, port, elastic=False):
     """The variables shared by every worker of the job: rendezvous address and controller.
 
@@ -136,12 +149,8 @@ class _Job:
         self.start_failure = None  # message when remote workers did not start in time
 
     def worker_env(self, slot_info):
-        worker_env = dict(self.env)
-        worker_env.update(create_slot_env_vars(slot_info))
-        worker_env.update(self.run_vars)
-        worker_env["PYTHONUNBUFFERED"] = "1"
-        worker_env[secret.HOROVOD_SECRET_KEY] = self.job_secret.hex()
-        return worker_env
+        return create_worker_env(self.env, slot_info, self.run_vars,
+                                 **{secret.HOROVOD_SECRET_KEY: self.job_secret.hex()})
 
     def remote_launch(self, slot_info):
         """``(ssh argv, stdin line)`` that start ``slot_info``'s worker on its remote host.

@@ -80,8 +80,6 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
             job failed (a task failed ``spark.task.maxFailures`` times), or a rank failed with no
             way to go on; the message carries the first failed rank's traceback.
     """
-    from pyspark.util import InheritableThread
-
     sc = runner.active_context()
     if not _gloo_built():
         raise ValueError("horovod.spark.run_elastic needs Horovod built with Gloo; this horovod-core was built "
@@ -109,51 +107,35 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
     key = make_secret_key()
     payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs)))
     service = SparkElasticDriverService(key, nics, stdout, stderr, prefix_output_with_timestamp, HEARTBEAT_TIMEOUT_S)
-    group = "horovod.spark.run.%d" % next(runner._run_counter)
     task_settings = {"verbose": verbose, "executable": None, "nics": nics}
     driver_addresses = service.addresses()
-    spark_outcome = {}
 
-    def mapper(index, _iterator):
+    def task_fn(index):
         from horovod.spark.task import elastic_task_exec
 
         return elastic_task_exec(index, driver_addresses, key, task_settings)
 
-    def run_spark():
-        try:
-            sc.setJobGroup(group, "Horovod Spark Run", interruptOnCancel=True)
-            rdd = sc.parallelize(range(max_num_proc), max_num_proc)
-            spark_outcome["results"] = rdd.mapPartitionsWithIndex(mapper).collect()
-        except BaseException as e:
-            spark_outcome["error"] = e
+    job = runner.SparkJob(sc, max_num_proc, task_fn, "horovod.spark elastic job")
 
     def spark_failure():
-        if spark_thread.is_alive() or "error" not in spark_outcome:
+        if job.alive() or job.error is None:
             return None
-        error = spark_outcome["error"]
-        return "horovod.spark: the Spark job of the elastic job failed: %s: %s" % (type(error).__name__, error)
+        return "horovod.spark: the Spark job of the elastic job failed: %s: %s" % (type(job.error).__name__,
+                                                                                  job.error)
 
-    spark_thread = InheritableThread(target=run_spark, name="horovod.spark elastic job", daemon=True)
     finished = False
     try:
-        spark_thread.start()
         deadline = time.monotonic() + start_timeout
         while service.registered_count() < num_proc:
             failure = spark_failure()
             if failure:
                 raise RuntimeError(failure)
             if time.monotonic() >= deadline:
-                raise runner.start_timeout_error(service.registered_count(), num_proc, start_timeout, group)
+                raise runner.start_timeout_error(service.registered_count(), num_proc, start_timeout, job.group)
             service.wait(lambda: service.registered_count() >= num_proc, _WAIT_S)
 
         registrations = service.registrations()
         reached, gloo_interfaces = runner._interfaces(registrations, nics)
-        if not reached or not gloo_interfaces:
-            raise Exception("the Spark tasks share no network interface%s. Interfaces of the driver each task "
-                            "reached: %s; the tasks' own interfaces: %s"
-                            % (" among nics=%s" % sorted(nics) if nics else "",
-                               {i: r.driver_interfaces for i, r in sorted(registrations.items())},
-                               {i: r.task_interfaces for i, r in sorted(registrations.items())}))
         server_ip = driver_addresses[reached[0]][0][0]
         secret = make_secret_key()
         settings = ElasticSettings(discovery=SparkDriverHostDiscovery(service), min_num_proc=min_num_proc,
@@ -172,13 +154,10 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
             service.label = label
 
             def create_worker(slot_info, events):
-                rank_env = dict(env)
-                rank_env.update(gloo_run.create_slot_env_vars(slot_info))
-                rank_env["PYTHONUNBUFFERED"] = "1"
-                rank_env["HOROVOD_ELASTIC_TIMEOUT"] = str(elastic_timeout)
-                rank_env.update(run_vars)
-                plan = util.TaskPlan(slot_info.rank, rank_env, sealed_secret, payload, stdout is not None,
-                                     stderr is not None)
+                plan = util.TaskPlan(slot_info.rank,
+                                     gloo_run.create_worker_env(env, slot_info, run_vars,
+                                                               HOROVOD_ELASTIC_TIMEOUT=str(elastic_timeout)),
+                                     sealed_secret, payload, stdout is not None, stderr is not None)
                 host = slot_info.hostname
                 run = service.start_rank(host, plan)
                 stopping = False
@@ -207,10 +186,10 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
         return [cloudpickle.loads(body) for _, _, body in results]
     finally:
         service.end(util.Finish() if finished else util.Abort("the driver stopped the job"))
-        spark_thread.join(timeout=END_GRACE_S if finished else 0)
-        if spark_thread.is_alive():
-            sc.cancelJobGroup(group)
-        spark_thread.join(timeout=60)
+        job.join(timeout=END_GRACE_S if finished else 0)
+        if job.alive():
+            job.cancel()
+        job.join(timeout=60)
         service.shutdown()
 
 

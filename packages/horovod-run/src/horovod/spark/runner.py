@@ -178,7 +178,8 @@ def _common(registrations, attribute):
 
 def _interfaces(registrations, nics):
     """``(driver interfaces every task reached, task interfaces for Gloo)``, each ordered with
-    loopback last and restricted to ``nics`` when given.
+    loopback last and restricted to ``nics`` when given; raises ``Exception`` naming every task's
+    interfaces when either is empty.
 
     Gloo always gets an interface: without one it binds to the address of ``HOROVOD_HOSTNAME``,
     which is a host hash here."""
@@ -188,7 +189,50 @@ def _interfaces(registrations, nics):
         reached = [n for n in reached if n in nics]
         tasks = [n for n in tasks if n in nics]
     gloo = [n for n in tasks if n in reached] or tasks
+    if not reached or not gloo:
+        raise Exception("the Spark tasks share no network interface%s. Interfaces of the driver each task "
+                        "reached: %s; the tasks' own interfaces: %s"
+                        % (" among nics=%s" % sorted(nics) if nics else "",
+                           {i: r.driver_interfaces for i, r in sorted(registrations.items())},
+                           {i: r.task_interfaces for i, r in sorted(registrations.items())}))
     return reached, gloo
+
+
+class SparkJob:
+    """The Spark job behind one run: ``num_tasks`` tasks of one partition each, task ``i``
+    returning ``task_fn(i)`` on an executor, collected by a thread of this process under a job
+    group of its own (:attr:`group`; :meth:`cancel` stops the tasks). Once the thread ended,
+    :attr:`results` holds the tasks' values, or :attr:`error` what the job raised."""
+
+    def __init__(self, sc, num_tasks, task_fn, name):
+        from pyspark.util import InheritableThread
+
+        self._sc = sc
+        self.group = "horovod.spark.run.%d" % next(_run_counter)
+        self.results = None
+        self.error = None
+
+        def mapper(index, _iterator):
+            return task_fn(index)
+
+        def collect():
+            try:
+                sc.setJobGroup(self.group, "Horovod Spark Run", interruptOnCancel=True)
+                self.results = sc.parallelize(range(num_tasks), num_tasks).mapPartitionsWithIndex(mapper).collect()
+            except BaseException as e:
+                self.error = e
+
+        self._thread = InheritableThread(target=collect, name=name, daemon=True)
+        self._thread.start()
+
+    def alive(self):
+        return self._thread.is_alive()
+
+    def join(self, timeout):
+        self._thread.join(timeout=timeout)
+
+    def cancel(self):
+        self._sc.cancelJobGroup(self.group)
 
 
 def active_context():
@@ -286,8 +330,6 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_arg
         RuntimeError: a rank failed (named, with its traceback) or its Spark task was lost; under
             MPI, mpirun failed (its exit code, and the first failed rank's traceback).
     """
-    from pyspark.util import InheritableThread
-
     sc = active_context()
     mpi = _use_mpi(use_mpi, use_gloo)
     if mpi and env is not None and not isinstance(env, dict):
@@ -306,34 +348,23 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_arg
         service = SparkMpiDriverService(num_proc, key, nics, payload)
     else:
         service = SparkDriverService(num_proc, key, nics, stdout, stderr, prefix_output_with_timestamp)
-    group = "horovod.spark.run.%d" % next(_run_counter)
     settings = {"verbose": verbose, "executable": executable, "nics": nics}
     driver_addresses = service.addresses()
-    spark_outcome = {}
 
-    def mapper(index, _iterator):
+    def task_fn(index):
         from horovod.spark.task import task_exec
 
         return task_exec(index, driver_addresses, key, settings)
 
-    def run_spark():
-        try:
-            sc.setJobGroup(group, "Horovod Spark Run", interruptOnCancel=True)
-            rdd = sc.parallelize(range(num_proc), num_proc)
-            spark_outcome["results"] = rdd.mapPartitionsWithIndex(mapper).collect()
-        except BaseException as e:
-            spark_outcome["error"] = e
-
-    spark_thread = InheritableThread(target=run_spark, name="horovod.spark job", daemon=True)
+    job = SparkJob(sc, num_proc, task_fn, "horovod.spark job")
     rendezvous = None
     finished = False
     try:
-        spark_thread.start()
         deadline = time.monotonic() + start_timeout
         while service.registered_count() < num_proc:
-            _check(service, spark_thread, spark_outcome)
+            _check(service, job)
             if time.monotonic() >= deadline:
-                raise start_timeout_error(service.registered_count(), num_proc, start_timeout, group)
+                raise start_timeout_error(service.registered_count(), num_proc, start_timeout, job.group)
             service.wait(lambda: service.registered_count() >= num_proc or service.failures, _WAIT_S)
 
         registrations = service.registrations()
@@ -343,12 +374,6 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_arg
             num_proc)
         by_place = {(slot.hostname, slot.local_rank): slot for slot in slots}
         reached, gloo_interfaces = _interfaces(registrations, nics)
-        if not reached or not gloo_interfaces:
-            raise Exception("the Spark tasks share no network interface%s. Interfaces of the driver each task "
-                            "reached: %s; the tasks' own interfaces: %s"
-                            % (" among nics=%s" % sorted(nics) if nics else "",
-                               {i: r.driver_interfaces for i, r in sorted(registrations.items())},
-                               {i: r.task_interfaces for i, r in sorted(registrations.items())}))
         if mpi:
             from horovod.spark.mpi_run import mpi_launch
             bodies = mpi_launch(service, host_plan, num_proc, driver_addresses, key, env, extra_mpi_args, stdout,
@@ -365,12 +390,8 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_arg
         for name, indices in host_plan:
             for local_rank, index in enumerate(indices):
                 slot = by_place[(name, local_rank)]
-                rank_env = dict(env)
-                rank_env.update(gloo_run.create_slot_env_vars(slot))
-                rank_env["PYTHONUNBUFFERED"] = "1"
-                rank_env.update(run_vars)
-                plans[index] = util.TaskPlan(slot.rank, rank_env, util.seal(key, secret), payload,
-                                             stdout is not None, stderr is not None)
+                plans[index] = util.TaskPlan(slot.rank, gloo_run.create_worker_env(env, slot, run_vars),
+                                             util.seal(key, secret), payload, stdout is not None, stderr is not None)
                 rank_of_index[index] = slot.rank
         if verbose >= 2:
             for name, indices in host_plan:
@@ -378,16 +399,16 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_arg
                             [rank_of_index[i] for i in indices])
         service.set_plans(plans, rank_of_index)
 
-        while not (service.all_done() and not spark_thread.is_alive()):
-            _check(service, spark_thread, spark_outcome)
+        while not (service.all_done() and not job.alive()):
+            _check(service, job)
             silent = service.silent_tasks(HEARTBEAT_TIMEOUT_S)
             if silent:
                 raise RuntimeError("horovod.spark: the Spark task(s) of rank(s) %s stopped responding for %d s "
                                    "(their executor was lost?); the job was stopped"
                                    % ([service.rank_of_index(i) for i in silent], HEARTBEAT_TIMEOUT_S))
             service.wait(lambda: bool(service.failures), _WAIT_S)
-        _check(service, spark_thread, spark_outcome)
-        results = sorted(spark_outcome["results"], key=lambda pair: pair[0])
+        _check(service, job)
+        results = sorted(job.results, key=lambda pair: pair[0])
         if [rank for rank, _ in results] != list(range(num_proc)):
             raise Exception("horovod.spark: the Spark job returned the results of ranks %s, expected 0..%d"
                             % ([rank for rank, _ in results], num_proc - 1))
@@ -396,14 +417,14 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, extra_mpi_arg
     finally:
         if not finished:
             service.abort("the driver stopped the job (horovod.spark.run raised)")
-            sc.cancelJobGroup(group)
-        spark_thread.join(timeout=60)
+            job.cancel()
+        job.join(timeout=60)
         if rendezvous is not None:
             rendezvous.stop()
         service.shutdown()
 
 
-def _check(service, spark_thread, spark_outcome):
+def _check(service, job):
     """Raise the job's failure, if there is one (a failed rank, a lost task, a failed Spark job)."""
     if service.failures:
         time.sleep(FAILURE_GRACE_S)
@@ -417,9 +438,8 @@ def _check(service, spark_thread, spark_outcome):
                                % (text, also))
         raise RuntimeError(gloo_run.JOB_FAILED_MESSAGE.format(rank=rank, code=code, host="Spark task %d" % index)
                            + "Traceback of rank %d:\n%s%s" % (rank, text, also))
-    if not spark_thread.is_alive() and "error" in spark_outcome:
-        error = spark_outcome["error"]
+    if not job.alive() and job.error is not None:
         raise Exception("horovod.spark: the Spark job of the Horovod ranks failed: %s: %s"
-                        % (type(error).__name__, error)) from error
-    if not spark_thread.is_alive() and "results" not in spark_outcome:
+                        % (type(job.error).__name__, job.error)) from job.error
+    if not job.alive() and job.results is None:
         raise Exception("horovod.spark: the Spark job ended without results")
