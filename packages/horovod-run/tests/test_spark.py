@@ -275,6 +275,7 @@ def check_digits(results, size):
 # Functions the ranks run.
 
 def _job_facts():
+    """The rank's topology, the result of a Sum allreduce (see _check_topology) and its process."""
     from horovod.common import ops
     from horovod.common.basics import HorovodBasics
     hvd = HorovodBasics()
@@ -283,8 +284,9 @@ def _job_facts():
     ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["spark.test.sum"], HorovodBasics.Sum))
     facts = {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
              "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(), "sum": x.tolist(),
-             "host": os.environ["HOROVOD_HOSTNAME"], "pid": os.getpid(), "ppid": os.getppid(),
-             "env": dict(os.environ)}
+             "host": os.environ.get("HOROVOD_HOSTNAME"), "pid": os.getpid(), "ppid": os.getppid(),
+             "env": dict(os.environ), "mpi": hvd.mpi_enabled(), "secret": os.environ.get("_HOROVOD_SECRET_KEY"),
+             "cwd": os.getcwd()}
     hvd.shutdown()
     return facts
 
@@ -462,21 +464,6 @@ def test_sys_exit(sc):
         horovod.spark.run(_exit_with, args=(3,), num_proc=2, verbose=0, start_timeout=60)
 
 
-def _mpi_facts():
-    from horovod.common import ops
-    from horovod.common.basics import HorovodBasics
-    hvd = HorovodBasics()
-    hvd.init()
-    x = np.arange(6, dtype=np.float64) * (hvd.rank() + 1) + hvd.rank()
-    ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["spark.mpi.sum"], HorovodBasics.Sum))
-    facts = {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
-             "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(), "sum": x.tolist(),
-             "mpi": hvd.mpi_enabled(), "secret": os.environ.get("_HOROVOD_SECRET_KEY"), "cwd": os.getcwd(),
-             "pid": os.getpid()}
-    hvd.shutdown()
-    return facts
-
-
 def _mpi_args(sc):
     # Open MPI's session folders under the cluster's, not /tmp.
     return "--oversubscribe -mca orte_tmpdir_base %s" % sc.cluster.tmp
@@ -493,7 +480,7 @@ def mpi_as_root(monkeypatch):
 def test_run_with_mpi(sc, mpi_as_root, num_proc):
     out = io.StringIO()
     try:
-        results = horovod.spark.run(_mpi_facts, num_proc=num_proc, use_mpi=True, extra_mpi_args=_mpi_args(sc),
+        results = horovod.spark.run(_job_facts, num_proc=num_proc, use_mpi=True, extra_mpi_args=_mpi_args(sc),
                                     start_timeout=60, verbose=0, stdout=out, stderr=out)
     except RuntimeError:
         print(out.getvalue())  # mpirun's output, for the failure's report
@@ -520,7 +507,7 @@ def test_run_with_mpi_rank_exception(sc, mpi_as_root):
     # mpirun stopped rank 0 instead of waiting for the end of its 60 s sleep.
     assert time.monotonic() - start < 60
     # The slots are free again.
-    assert [r["rank"] for r in horovod.spark.run(_mpi_facts, num_proc=4, use_mpi=True, verbose=0,
+    assert [r["rank"] for r in horovod.spark.run(_job_facts, num_proc=4, use_mpi=True, verbose=0,
                                                  extra_mpi_args=_mpi_args(sc), start_timeout=60)] == [0, 1, 2, 3]
 
 
