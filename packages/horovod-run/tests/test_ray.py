@@ -25,7 +25,7 @@ import traceback
 
 import pytest
 
-from horovod_testing.ray_cluster import (RAY_NODE_ENV, STOP_TIMEOUT_S, stop_cluster,
+from horovod_testing.ray_cluster import (RAY_NODE_ENV, STOP_TIMEOUT_S, shutdown_cluster,
                                          temp_dir_for, token_env)
 
 if importlib.util.find_spec("ray") is not None:
@@ -146,17 +146,7 @@ def cluster():
         c.wait_for_nodes(NODES)
         yield c
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        left = stop_cluster(c.popens, temp_dir)
-        for log in c.logs:
-            log.close()
-        for k, v in SAVED_ENV.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        left = shutdown_cluster(c.popens, c.logs, temp_dir, SAVED_ENV)
         assert not left, "Ray processes left after stopping the cluster: %s" % [
             (p.pid, p.name()) for p in left]
         assert not temp_dir.exists()

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from horovod_testing.ray_cluster import RAY_NODE_ENV, stop_cluster, temp_dir_for, token_env
+from horovod_testing.ray_cluster import RAY_NODE_ENV, shutdown_cluster, temp_dir_for, token_env
 
 # Before Ray is imported (it reads the token once): this process's token, shared by its nodes.
 TOKEN_ENV = token_env() if importlib.util.find_spec("ray") is not None else {}
@@ -133,17 +133,7 @@ def bed_cluster(testbed):
         cluster.wait_for_nodes(3)
         yield cluster
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        left = stop_cluster(cluster.popens, temp_dir)
-        for log in cluster.logs:
-            log.close()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        left = shutdown_cluster(cluster.popens, cluster.logs, temp_dir, saved)
         assert not left, "Ray processes left after stopping the cluster: %s" % [(p.pid, p.name()) for p in left]
 
 

@@ -121,3 +121,26 @@ def stop_cluster(popens, temp_dir):
     left.update((p.pid, p) for p in processes_of(popens, temp_dir))
     print("stopped %d Ray processes: %s" % (len(procs), ", ".join(sorted(names.values()))))
     return list(left.values())
+
+
+def shutdown_cluster(popens, logs, temp_dir, saved_env):
+    """The end of a test cluster: disconnect this process's Ray, stop the nodes
+    (:func:`stop_cluster`), close their log files, put back the environment variables in
+    ``saved_env`` (``{name: value or None}``) and remove ``temp_dir``. Returns the processes that
+    survived (empty on success)."""
+    import shutil
+
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    left = stop_cluster(popens, temp_dir)
+    for log in logs:
+        log.close()
+    for name, value in saved_env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    return left
