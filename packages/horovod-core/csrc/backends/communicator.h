@@ -1,0 +1,237 @@
+// The one interface every transport implements (csrc/backends/<name>/), and the registry through
+// which the engine creates the CPU backends by name. The engine and the collectives
+// (csrc/collectives/) never refer to a concrete transport.
+//
+// A communicator serves one set of ranks. It offers the data collectives on raw buffers, each
+// taking one option struct, and (CPU backends) the control-plane primitives the controller
+// negotiates with. All calls happen on the engine's background thread, one at a time, in the same
+// order on every rank. Failures (a lost peer, a timeout) are thrown as std::exception.
+//
+// Every method has a default that throws UnsupportedError("backend X does not support Y"): a
+// transport implements what it can do and says so for the rest, instead of the base class
+// silently doing more work. The collectives check the capability queries (SupportsPieces) before
+// calling what is optional.
+//
+// Wrappers that take over some operations of another communicator (shared memory, hierarchical)
+// derive from ForwardingCommunicator, which forwards everything they do not override.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/common.h"
+#include "engine/store.h"
+
+namespace horovod {
+
+// Thrown by a communicator asked for an operation its transport does not implement.
+class UnsupportedError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+struct BackendOptions {
+  int rank = 0;
+  int size = 1;
+  Store* store = nullptr;      // rendezvous; only used while the communicator is being created
+  std::string key_prefix;      // distinguishes communicators and successive inits in the store
+  std::string iface;           // network interface for the data transport ("" = by hostname)
+  std::string hostname;        // address to listen on when no interface is given
+  std::chrono::milliseconds timeout{30000};
+  // MPI only: an mpi4py communicator handle to use instead of MPI_COMM_WORLD (0: none), or the
+  // ranks of MPI_COMM_WORLD to restrict Horovod to (empty: all), and whether to initialise MPI
+  // without thread support (HOROVOD_MPI_THREADS_DISABLE).
+  intptr_t mpi_comm = 0;
+  std::vector<int> mpi_ranks;
+  bool mpi_threads_disable = false;
+};
+
+// ---- Options of the data collectives. Counts are in elements of `dtype`, byte counts per rank. ----
+
+// In-place reduction of `count` elements of `buffer` over every rank. `op` is SUM, MIN, MAX or
+// PRODUCT (the collectives turn AVERAGE into SUM and a scale).
+struct AllreduceOptions {
+  void* buffer = nullptr;
+  int64_t count = 0;
+  DataType dtype = DataType::FLOAT32;
+  ReduceOp op = ReduceOp::SUM;
+};
+
+// One tensor of a fused allreduce: `count` elements read from `input`, the result written to
+// `output` (which may be `input`).
+struct Piece {
+  const void* input = nullptr;
+  void* output = nullptr;
+  int64_t count = 0;
+};
+
+// Reduces the concatenation of the pieces' inputs over the ranks and writes it, multiplied by
+// `scale`, into their outputs, straight from the tensors' own memory (no fusion buffer).
+struct AllreducePiecesOptions {
+  std::vector<Piece> pieces;
+  DataType dtype = DataType::FLOAT32;
+  ReduceOp op = ReduceOp::SUM;
+  double scale = 1.0;
+};
+
+// Rank r's bytes_per_rank[r] bytes, concatenated in rank order into `output`; this rank's come
+// from `input`.
+struct AllgatherOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::vector<int64_t> bytes_per_rank;
+};
+
+// `bytes` bytes of `buffer` on rank `root` replace `buffer` on every other rank.
+struct BroadcastOptions {
+  void* buffer = nullptr;
+  int64_t bytes = 0;
+  int root = 0;
+};
+
+// Sends send_bytes[r] bytes (consecutive, from `input`) to each rank r and receives recv_bytes[r]
+// bytes from each into `output`, in rank order.
+struct AlltoallOptions {
+  const void* input = nullptr;
+  std::vector<int64_t> send_bytes;
+  void* output = nullptr;
+  std::vector<int64_t> recv_bytes;
+};
+
+// Reduces `count` elements of `buffer` over the ranks; afterwards the elements
+// [sum(counts[0..rank)), + counts[rank]) of `buffer` hold this rank's part of the result (the
+// rest is unspecified).
+struct ReducescatterOptions {
+  void* buffer = nullptr;
+  int64_t count = 0;
+  std::vector<int64_t> counts;
+  DataType dtype = DataType::FLOAT32;
+  ReduceOp op = ReduceOp::SUM;
+};
+
+// Point to point (Adasum): sends send_bytes to `peer` and receives recv_bytes from it.
+struct SendRecvOptions {
+  const void* send = nullptr;
+  int64_t send_bytes = 0;
+  void* recv = nullptr;
+  int64_t recv_bytes = 0;
+  int peer = 0;
+};
+
+class Communicator {
+ public:
+  Communicator(int rank, int size) : rank_(rank), size_(size) {}
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // The transport's name: "gloo", "mpi", "nccl" (a wrapper reports its inner communicator's).
+  virtual const char* name() const = 0;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // The timeline activity of operation `op` ("ALLREDUCE", "BCAST", ...) on this communicator: the
+  // upper-cased name, "_", op (GLOO_ALLREDUCE). A wrapper whose own path runs reports its own.
+  virtual std::string Activity(const char* op) const;
+
+  // Backends that know the job's layout themselves (MPI, from its launcher) report it; the others
+  // return false and the launcher's HOROVOD_* variables are used.
+  virtual bool Topology(int* local_rank, int* local_size, int* cross_rank, int* cross_size) { return false; }
+  // MPI: whether MPI runs with MPI_THREAD_MULTIPLE.
+  virtual bool threads_supported() const { return false; }
+
+  // ---- Control plane (CPU backends). ----
+  // Gatherv returns every rank's bytes on `root` (empty elsewhere); BroadcastBytes replaces `data`
+  // on non-roots with root's bytes.
+  virtual std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root);
+  virtual void BroadcastBytes(std::vector<char>& data, int root);
+  // Bitwise AND of `words` over every rank, in place (the response cache's agreement round).
+  // This base implementation gathers to rank 0 and broadcasts the result (through Gatherv and
+  // BroadcastBytes); a transport may do better.
+  virtual void AllreduceBitsAnd(std::vector<uint64_t>& words);
+  // Collective over this communicator: creates the communicator of `ranks` (ranks of this
+  // communicator, sorted, unique), rendezvousing through options.store under options.key_prefix.
+  // Returns nullptr on ranks outside `ranks`.
+  virtual std::unique_ptr<Communicator> Split(const std::vector<int>& ranks, const BackendOptions& options);
+
+  // ---- Data collectives. ----
+  virtual void Allreduce(const AllreduceOptions& options);
+  // Whether AllreducePieces reduces `num_pieces` tensors of `bytes` in all. The answer depends
+  // only on the arguments and on state every rank agreed on, so all ranks take the same path.
+  virtual bool SupportsPieces(int64_t bytes, size_t num_pieces) const { return false; }
+  virtual void AllreducePieces(const AllreducePiecesOptions& options);
+  virtual void Allgather(const AllgatherOptions& options);
+  virtual void Broadcast(const BroadcastOptions& options);
+  virtual void Alltoall(const AlltoallOptions& options);
+  virtual void Reducescatter(const ReducescatterOptions& options);
+  virtual void Barrier();
+  virtual void SendRecv(const SendRecvOptions& options);
+
+ protected:
+  // Throws UnsupportedError("backend <name> does not support <what>").
+  [[noreturn]] void Unsupported(const char* what) const;
+
+  int rank_;
+  int size_;
+};
+
+// A communicator that wraps another (`inner`) and forwards every operation it does not override
+// to it. The inner communicator stays the job's identity: name, topology, thread support.
+class ForwardingCommunicator : public Communicator {
+ public:
+  explicit ForwardingCommunicator(std::unique_ptr<Communicator> inner);
+  Communicator& inner() const { return *inner_; }
+
+  const char* name() const override { return inner_->name(); }
+  std::string Activity(const char* op) const override { return inner_->Activity(op); }
+  bool Topology(int* local_rank, int* local_size, int* cross_rank, int* cross_size) override {
+    return inner_->Topology(local_rank, local_size, cross_rank, cross_size);
+  }
+  bool threads_supported() const override { return inner_->threads_supported(); }
+  std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) override {
+    return inner_->Gatherv(data, root);
+  }
+  void BroadcastBytes(std::vector<char>& data, int root) override { inner_->BroadcastBytes(data, root); }
+  void AllreduceBitsAnd(std::vector<uint64_t>& words) override { inner_->AllreduceBitsAnd(words); }
+  std::unique_ptr<Communicator> Split(const std::vector<int>& ranks, const BackendOptions& options) override {
+    return inner_->Split(ranks, options);
+  }
+  void Allreduce(const AllreduceOptions& options) override { inner_->Allreduce(options); }
+  bool SupportsPieces(int64_t bytes, size_t num_pieces) const override {
+    return inner_->SupportsPieces(bytes, num_pieces);
+  }
+  void AllreducePieces(const AllreducePiecesOptions& options) override { inner_->AllreducePieces(options); }
+  void Allgather(const AllgatherOptions& options) override { inner_->Allgather(options); }
+  void Broadcast(const BroadcastOptions& options) override { inner_->Broadcast(options); }
+  void Alltoall(const AlltoallOptions& options) override { inner_->Alltoall(options); }
+  void Reducescatter(const ReducescatterOptions& options) override { inner_->Reducescatter(options); }
+  void Barrier() override { inner_->Barrier(); }
+  void SendRecv(const SendRecvOptions& options) override { inner_->SendRecv(options); }
+
+ protected:
+  std::unique_ptr<Communicator> inner_;
+};
+
+using BackendFactory = std::function<std::unique_ptr<Communicator>(const BackendOptions&)>;
+
+class BackendRegistry {
+ public:
+  // Called from a static initialiser in each built backend's source file.
+  static bool Register(const std::string& name, BackendFactory factory);
+  // Built backends: those compiled in, plus "mpi" when its plugin (_mpi_backend.so beside the
+  // core) loads, which needs the MPI library it was built against.
+  static bool Built(const std::string& name);
+  static std::vector<std::string> Names();
+  // Why the MPI plugin could not be loaded ("" when it was).
+  static std::string PluginError(const std::string& name);
+  // Finalizes MPI at exit if the MPI plugin initialised it.
+  static void FinalizeMpi();
+  // Throws EngineError(PRECONDITION_ERROR) naming the backend when it was not built.
+  static std::unique_ptr<Communicator> Create(const std::string& name, const BackendOptions& options);
+};
+
+}  // namespace horovod
