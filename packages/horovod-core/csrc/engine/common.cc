@@ -31,18 +31,19 @@ size_t DataTypeSize(DataType dtype) {
   return 0;
 }
 
-const char* RequestTypeName(RequestType type) {
+const char* OpTypeName(OpType type) {
   switch (type) {
-    case RequestType::ALLREDUCE: return "ALLREDUCE";
-    case RequestType::ALLGATHER: return "ALLGATHER";
-    case RequestType::BROADCAST: return "BROADCAST";
-    case RequestType::JOIN: return "JOIN";
-    case RequestType::ADASUM: return "ADASUM";
-    case RequestType::ALLTOALL: return "ALLTOALL";
-    case RequestType::BARRIER: return "BARRIER";
-    case RequestType::REDUCESCATTER: return "REDUCESCATTER";
-    case RequestType::ADD_PROCESS_SET: return "ADD_PROCESS_SET";
-    case RequestType::REMOVE_PROCESS_SET: return "REMOVE_PROCESS_SET";
+    case OpType::ALLREDUCE: return "ALLREDUCE";
+    case OpType::ALLGATHER: return "ALLGATHER";
+    case OpType::BROADCAST: return "BROADCAST";
+    case OpType::JOIN: return "JOIN";
+    case OpType::ADASUM: return "ADASUM";
+    case OpType::ALLTOALL: return "ALLTOALL";
+    case OpType::BARRIER: return "BARRIER";
+    case OpType::REDUCESCATTER: return "REDUCESCATTER";
+    case OpType::ERROR: return "ERROR";
+    case OpType::ADD_PROCESS_SET: return "ADD_PROCESS_SET";
+    case OpType::REMOVE_PROCESS_SET: return "REMOVE_PROCESS_SET";
   }
   return "UNKNOWN";
 }

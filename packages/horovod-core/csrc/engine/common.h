@@ -1,4 +1,4 @@
-// Types shared by every part of the engine: data types, reduce ops, request types and Status.
+// Types shared by every part of the engine: data types, reduce ops, operation types and Status.
 #pragma once
 
 #include <cstddef>
@@ -18,18 +18,20 @@ enum class DataType : int32_t {
 // Values match spec core.md §3 (hvd.Average == 0, ...).
 enum class ReduceOp : int32_t { AVERAGE = 0, SUM = 1, ADASUM = 2, MIN = 3, MAX = 4, PRODUCT = 5 };
 
-// The collective types of spec core.md §11.2, then the engine's own bookkeeping operations:
+// The one operation type of requests and responses (csrc/collectives/ holds one implementation
+// per type): the collective types of spec core.md §11.2, ERROR (a response only: the ranks
+// disagreed, and every rank fails the operation), then the engine's own bookkeeping operations:
 // registering and removing a process set are negotiated on the global set like any collective, so
 // that every rank applies them at the same point of its operation sequence.
-enum class RequestType : int32_t {
+enum class OpType : int32_t {
   ALLREDUCE = 0, ALLGATHER = 1, BROADCAST = 2, JOIN = 3, ADASUM = 4,
-  ALLTOALL = 5, BARRIER = 6, REDUCESCATTER = 7,
+  ALLTOALL = 5, BARRIER = 6, REDUCESCATTER = 7, ERROR = 8,
   ADD_PROCESS_SET = 100, REMOVE_PROCESS_SET = 101,
 };
 
 const char* DataTypeName(DataType dtype);
 size_t DataTypeSize(DataType dtype);
-const char* RequestTypeName(RequestType type);
+const char* OpTypeName(OpType type);
 const char* ReduceOpName(ReduceOp op);
 std::string ShapeString(const std::vector<int64_t>& shape);
 int64_t NumElements(const std::vector<int64_t>& shape);

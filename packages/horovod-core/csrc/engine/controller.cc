@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "collectives/collective.h"
 #include "fusion.h"
 #include "logging.h"
 #include "timeline.h"
@@ -11,132 +12,6 @@
 namespace horovod {
 
 namespace {
-
-std::string DeviceName(int32_t device) { return device == kCpuDevice ? "CPU" : "GPU"; }
-
-bool Among(RequestType type, std::initializer_list<RequestType> types) {
-  return std::find(types.begin(), types.end(), type) != types.end();
-}
-
-// Checks every rank's request for one name against the first one; returns an error text naming
-// the operation and both conflicting values, or "" when they agree. The order of checks is spec
-// core.md §6.11's: the first failure wins.
-std::string FindMismatch(const std::vector<Request>& requests, bool any_joined, int64_t fusion_threshold) {
-  const Request& first = requests[0];
-  const char* op = RequestTypeName(first.type);
-  std::ostringstream err;
-  for (const Request& r : requests) {
-    if (r.dtype != first.dtype) {
-      err << "Mismatched data types: one rank had type " << DataTypeName(first.dtype) << ", but another rank had type "
-          << DataTypeName(r.dtype) << " (tensor " << first.name << ", operation " << op << ").";
-      return err.str();
-    }
-  }
-  for (const Request& r : requests) {
-    if (r.type != first.type) {
-      err << "Mismatched operations: one rank did an " << op << ", but another rank did an "
-          << RequestTypeName(r.type) << " on tensor " << first.name << ".";
-      return err.str();
-    }
-  }
-  if (Among(first.type, {RequestType::ALLREDUCE, RequestType::ADASUM, RequestType::BROADCAST,
-                         RequestType::REDUCESCATTER, RequestType::ADD_PROCESS_SET, RequestType::REMOVE_PROCESS_SET})) {
-    for (const Request& r : requests) {
-      if (r.shape != first.shape) {
-        if (Among(first.type, {RequestType::ADD_PROCESS_SET, RequestType::REMOVE_PROCESS_SET})) {
-          err << "Mismatched " << op << " arguments: one rank gave " << ShapeString(first.shape)
-              << ", but another rank gave " << ShapeString(r.shape) << ".";
-        } else {
-          err << "Mismatched " << op << " tensor shapes: one rank sent a tensor of shape " << ShapeString(first.shape)
-              << ", but another rank sent a tensor of shape " << ShapeString(r.shape) << " (tensor " << first.name
-              << ").";
-        }
-        return err.str();
-      }
-    }
-  }
-  if (Among(first.type, {RequestType::ALLREDUCE, RequestType::ADASUM, RequestType::REDUCESCATTER})) {
-    for (const Request& r : requests) {
-      if (r.prescale_factor != first.prescale_factor || r.postscale_factor != first.postscale_factor) {
-        err << "Mismatched prescale and/or postscale factors: one rank sent factors " << first.prescale_factor << ", "
-            << first.postscale_factor << ", but another rank sent factors " << r.prescale_factor << ", "
-            << r.postscale_factor << " (tensor " << first.name << ", operation " << op << ").";
-        return err.str();
-      }
-    }
-    for (const Request& r : requests) {
-      if (r.reduce_op != first.reduce_op) {
-        err << "Mismatched reduction operations: one rank requested " << ReduceOpName(first.reduce_op)
-            << ", but another rank requested " << ReduceOpName(r.reduce_op) << " (tensor " << first.name
-            << ", operation " << op << ").";
-        return err.str();
-      }
-    }
-  }
-  if (Among(first.type, {RequestType::ALLGATHER, RequestType::ALLTOALL})) {
-    if (any_joined) {
-      std::string msg = std::string(op) + " is not supported with Join at this time (tensor " + first.name + ").";
-      if (first.type == RequestType::ALLGATHER) {
-        msg += " If sparse gradients reach an allgather, use sparse_as_dense=True in DistributedOptimizer.";
-      }
-      return msg;
-    }
-    for (const Request& r : requests) {
-      if (r.shape.empty()) {
-        return std::string(op) + " requires tensors of at least one dimension; rank " + std::to_string(r.rank) +
-               " sent a scalar (tensor " + first.name + ").";
-      }
-    }
-    for (const Request& r : requests) {
-      if (r.shape.size() != first.shape.size()) {
-        err << "Mismatched " << op << " tensor ranks: one rank sent a tensor of rank " << first.shape.size()
-            << ", but another rank sent a tensor of rank " << r.shape.size() << " (tensor " << first.name << ").";
-        return err.str();
-      }
-      for (size_t d = 1; d < r.shape.size(); ++d) {
-        if (r.shape[d] != first.shape[d]) {
-          err << "Mismatched " << op << " tensor shapes: one rank sent a tensor with dimension " << d << " equal to "
-              << first.shape[d] << ", but another rank sent a tensor with dimension " << d << " equal to "
-              << r.shape[d] << " (tensor " << first.name << ").";
-          return err.str();
-        }
-      }
-    }
-  }
-  if (first.type == RequestType::REDUCESCATTER) {
-    if (any_joined) return "REDUCESCATTER is not supported with Join at this time (tensor " + first.name + ").";
-    if (first.shape.empty()) {
-      return "REDUCESCATTER requires tensors of at least one dimension; the ranks sent a scalar (tensor " +
-             first.name + ").";
-    }
-    int64_t bytes = NumElements(first.shape) * static_cast<int64_t>(DataTypeSize(first.dtype));
-    if (first.prescale_factor != 1.0 && bytes > fusion_threshold) {
-      err << "REDUCESCATTER with a prescale factor needs the tensor to fit the fusion buffer, which is too small: "
-          << "tensor " << first.name << " has " << bytes << " bytes and HOROVOD_FUSION_THRESHOLD is "
-          << fusion_threshold << " bytes.";
-      return err.str();
-    }
-  }
-  if (first.type == RequestType::BROADCAST) {
-    if (any_joined) return "BROADCAST is not supported with Join at this time (tensor " + first.name + ").";
-    for (const Request& r : requests) {
-      if (r.root_rank != first.root_rank) {
-        err << "Mismatched " << op << " root ranks: one rank specified root rank " << first.root_rank
-            << ", but another rank specified root rank " << r.root_rank << " (tensor " << first.name << ").";
-        return err.str();
-      }
-    }
-  }
-  // The kind of device only: each rank uses its own GPU (usually its local rank's).
-  for (const Request& r : requests) {
-    if ((r.device == kCpuDevice) != (first.device == kCpuDevice)) {
-      err << "Mismatched " << op << " CPU/GPU device selection: one rank specified device " << DeviceName(first.device)
-          << ", but another rank specified device " << DeviceName(r.device) << " (tensor " << first.name << ").";
-      return err.str();
-    }
-  }
-  return "";
-}
 
 int64_t MicrosSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
@@ -163,15 +38,14 @@ void Controller::ApplyParameters(int64_t fusion_threshold_bytes, size_t cache_ca
 Response Controller::BuildResponse(const std::string& name, std::vector<Request> requests) {
   Response response;
   response.names.push_back(name);
-  std::string mismatch = FindMismatch(requests, !joined_ranks_.empty(), fusion_threshold_bytes_);
+  std::string mismatch = FindMismatch(requests, {!joined_ranks_.empty(), fusion_threshold_bytes_});
   if (!mismatch.empty()) {
-    response.type = ResponseType::ERROR;
+    response.type = OpType::ERROR;
     response.error_message = mismatch;
     return response;
   }
-  const int size = backend_.size();
   const Request& first = requests[0];
-  response.type = static_cast<ResponseType>(first.type);
+  response.type = first.type;
   response.dtype = first.dtype;
   response.reduce_op = first.reduce_op;
   response.prescale_factor = first.prescale_factor;
@@ -179,31 +53,7 @@ Response Controller::BuildResponse(const std::string& name, std::vector<Request>
   response.root_rank = first.root_rank;
   response.device = first.device;
   response.group_id = first.group_id;
-  switch (first.type) {
-    case RequestType::ALLREDUCE:
-    case RequestType::ADASUM:
-    case RequestType::REDUCESCATTER:
-      response.tensor_sizes.push_back(NumElements(first.shape));
-      break;
-    case RequestType::ALLGATHER:
-      response.tensor_sizes.assign(size, 0);
-      for (const Request& r : requests) response.tensor_sizes[r.rank] = r.shape[0];
-      break;
-    case RequestType::ALLTOALL:
-      response.tensor_sizes.assign(static_cast<size_t>(size) * size, 0);
-      for (const Request& r : requests) {
-        for (int to = 0; to < size; ++to) {
-          response.tensor_sizes[r.rank * size + to] = r.splits.empty() ? r.shape[0] / size : r.splits[to];
-        }
-      }
-      break;
-    case RequestType::ADD_PROCESS_SET:
-    case RequestType::REMOVE_PROCESS_SET:
-      response.tensor_sizes = first.shape;
-      break;
-    default:
-      break;
-  }
+  CollectiveFor(first.type).Describe(requests, backend_.size(), &response);
   return response;
 }
 
@@ -219,7 +69,7 @@ ResponseList Controller::Coordinate(std::vector<RequestList>& lists) {
     }
     for (Request& request : list.requests) {
       request.rank = rank;
-      if (request.type == RequestType::JOIN) {
+      if (request.type == OpType::JOIN) {
         joined_ranks_.insert(rank);
         last_joined_ = global_ranks_[rank];
         continue;
@@ -255,7 +105,7 @@ ResponseList Controller::Coordinate(std::vector<RequestList>& lists) {
 
   if (static_cast<int>(joined_ranks_.size()) == size) {
     Response join;
-    join.type = ResponseType::JOIN;
+    join.type = OpType::JOIN;
     join.names.push_back("join.noname");
     join.tensor_sizes.push_back(last_joined_);
     out.responses.push_back(std::move(join));
@@ -325,13 +175,12 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
   std::set<uint32_t> local_invalid;
   for (Held& held : candidates) {
     Request& r = held.request;
-    if (r.type == RequestType::JOIN) local_joined_ = true;
+    if (r.type == OpType::JOIN) local_joined_ = true;
     uint32_t bit = 0;
     ResponseCache::Lookup found = ResponseCache::Lookup::MISS;
-    if (use_cache && ResponseCache::Cacheable(r.type)) found = cache_.Find(r, &bit);
+    if (use_cache && CollectiveFor(r.type).cacheable()) found = cache_.Find(r, &bit);
     if (found == ResponseCache::Lookup::HIT) {
-      const bool join_error_path = any_joined_ && cache_.response(bit).type != ResponseType::ALLREDUCE &&
-                                   cache_.response(bit).type != ResponseType::ADASUM;
+      const bool join_error_path = any_joined_ && !CollectiveFor(cache_.response(bit).type).joined_ranks_take_part();
       const bool stalled = eviction_time.count() > 0 && start - held.since > eviction_time;
       if (join_error_path || stalled) {
         // Negotiated through the coordinator: it reports the join error, or the stall.
@@ -366,8 +215,7 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     if (local_joined_) {
       // A joined rank takes part in every cached allreduce the others run (with zeros).
       for (uint32_t bit = 0; bit < num_bits; ++bit) {
-        if (cache_.occupied(bit) && (cache_.response(bit).type == ResponseType::ALLREDUCE ||
-                                     cache_.response(bit).type == ResponseType::ADASUM)) {
+        if (cache_.occupied(bit) && CollectiveFor(cache_.response(bit).type).joined_ranks_take_part()) {
           set_bit(0, bit);
         }
       }
@@ -414,14 +262,14 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     mine.shutdown_reason = reason;
     if (use_cache) {
       for (const Request& r : uncached) {
-        if (ResponseCache::Cacheable(r.type)) sent_[r.name] = r;
+        if (CollectiveFor(r.type).cacheable()) sent_[r.name] = r;
       }
     }
     mine.requests = std::move(uncached);
     list = Negotiate(mine);
     any_joined_ = list.any_joined;
     for (const Response& response : list.responses) {
-      if (response.type == ResponseType::JOIN) join_completed_ = true;
+      if (response.type == OpType::JOIN) join_completed_ = true;
       if (response.names.size() != 1) continue;
       std::optional<Request> own;
       auto it = sent_.find(response.names[0]);
@@ -429,8 +277,7 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
         own = std::move(it->second);
         sent_.erase(it);
       }
-      if (use_cache && response.type != ResponseType::ERROR &&
-          ResponseCache::Cacheable(static_cast<RequestType>(response.type))) {
+      if (use_cache && response.type != OpType::ERROR && CollectiveFor(response.type).cacheable()) {
         cache_.Put(response, own);
       }
     }

@@ -1,9 +1,15 @@
 // The engine: one object per initialised Horovod, owning the process sets (each with its backend,
 // tensor queue and controller), the fusion buffer, the timeline and the background thread.
 //
+// The engine's own concerns are split over files: this one (engine.cc) is the background thread,
+// the cycle and the handles; engine/process_sets.* the process-set registry; engine/
+// communicator_stack.* building the communicators at init; engine/liveness.* naming lost peers.
+// What each operation does lives in csrc/collectives/, how memory is moved on each device in
+// csrc/executors/, and the transports in csrc/backends/.
+//
 // Threading contract.
 // - Caller threads (any Python thread): Start (rendezvous, backend and static process set creation
-//   run here), NewHandle, Enqueue, GetHandle/ReleaseHandle, the process set queries, the timeline
+//   run here), Enqueue, GetHandle/ReleaseHandle, the process set queries, the timeline
 //   switches, Shutdown and the read-only getters. Enqueue only takes a queue's mutex and wakes the
 //   background thread; it never blocks on the network.
 // - The background thread runs cycles: it waits at most HOROVOD_CYCLE_TIME ms (less when work is
@@ -32,60 +38,17 @@
 #include <vector>
 
 #include "autotune/parameter_manager.h"
-#include "backend.h"
+#include "backends/hierarchical/hierarchical.h"
 #include "config.h"
 #include "controller.h"
-#include "fusion.h"
-#include "gpu_ops.h"
+#include "engine/communicator_stack.h"
+#include "engine/process_sets.h"
+#include "executors/device_executor.h"
 #include "store.h"
 #include "tensor_queue.h"
 #include "timeline.h"
 
 namespace horovod {
-
-struct HierarchicalState;
-
-// Where the rows of tensor `t` of an allgather response come from: bytes from each rank of the
-// set (first dimensions in response.tensor_sizes[t * size + r]) and the gathered shape.
-struct AllgatherLayout {
-  std::vector<int64_t> bytes_per_rank;
-  std::vector<int64_t> shape;
-  int64_t bytes = 0;  // of the whole output
-};
-AllgatherLayout MakeAllgatherLayout(const Response& response, size_t t, const TensorView& input, int size);
-
-// The bytes this rank (`me`) sends to and receives from each rank of an alltoall response, the
-// received shape, and the received splits (rows per sender) as the host array the caller gets.
-struct AlltoallLayout {
-  std::vector<int64_t> send_bytes, recv_bytes;
-  std::vector<int64_t> shape;
-  int64_t bytes = 0;  // received in all
-  std::shared_ptr<OutputBuffer> received_splits;
-};
-AlltoallLayout MakeAlltoallLayout(const Response& response, const TensorView& input, int size, int me);
-
-// How a reducescatter splits a tensor of dim0 rows among the ranks of the set: counts[r] elements
-// for rank r (rank r gets dim0 / size rows, one more when r < dim0 % size), this rank's (`me`)
-// first element, and the shape of its part.
-struct ReducescatterLayout {
-  std::vector<int64_t> counts;
-  int64_t offset = 0;
-  std::vector<int64_t> shape;
-};
-ReducescatterLayout MakeReducescatterLayout(const TensorView& input, int size, int me);
-
-// A registered process set. Members have a backend (communicator) and a controller.
-struct ProcessSet {
-  int32_t id = 0;
-  std::vector<int> ranks;  // global ranks, sorted
-  int set_rank = -1;       // this process's rank in the set; -1 when not a member
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Controller> controller;
-  TensorQueue queue;
-  // The NCCL communicator of the members, created by the first GPU operation on the set
-  // (background thread only).
-  std::unique_ptr<GpuCommunicator> gpu_communicator;
-};
 
 class Engine {
  public:
@@ -103,13 +66,16 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Handles come from one counter per engine: 1, 2, 3, ...
-  int64_t NewHandle() { return ++last_handle_; }
-  // Registers `handle` for `entries` and queues their requests on process set `process_set_id`.
-  // Throws EngineError: INVALID_ARGUMENT for caller mistakes (unknown set, not a member, root or
-  // splits not matching the set), or the shutdown/failure status once the engine has stopped.
-  void Enqueue(int32_t process_set_id, int64_t handle, std::vector<Request> requests,
-               std::vector<TensorTableEntry> entries);
+  // Checks `requests` (each collective's CheckRequest, csrc/collectives/), registers a new handle
+  // for `entries` and queues their requests on process set `process_set_id`; returns the handle
+  // (handles come from one counter per engine: 1, 2, 3, ...). Throws EngineError: INVALID_ARGUMENT
+  // for caller mistakes (unknown set, not a member, root or splits not matching the set, ...),
+  // another type where the collective says so, or the shutdown/failure status once the engine has
+  // stopped.
+  // `stream`: GPU tensors, the framework's stream (a cudaStream_t) the tensors were produced on;
+  // their ready events are recorded on it here (executors/device_executor.h).
+  int64_t Enqueue(int32_t process_set_id, std::vector<Request> requests, std::vector<TensorTableEntry> entries,
+                  intptr_t stream = 0);
   // Returns the state of a handle, or nullptr when the handle is unknown.
   std::shared_ptr<HandleState> GetHandle(int64_t handle);
   // Called by a thread about to block on an unfinished handle: the background thread stops
@@ -137,8 +103,8 @@ class Engine {
   // they were broadcast in).
   TunedParameters CurrentParameters();
   // Whether the global set's collectives go through shared memory (csrc/engine/shared_memory.h).
-  bool shared_memory() const { return shared_memory_; }
-  bool shared_memory_single_copy() const { return shared_memory_single_copy_; }
+  bool shared_memory() const { return stack_.shared_memory; }
+  bool shared_memory_single_copy() const { return stack_.shared_memory_single_copy; }
   // Hierarchical collectives (csrc/engine/hierarchical.h): whether the global set has them (a
   // multi-host homogeneous job that asked for them or autotunes them), whether each is switched
   // on now, how many ran, and whether their steps within a host go through shared memory.
@@ -148,69 +114,32 @@ class Engine {
   };
   HierarchicalStats hierarchical_stats() const;
   // Hosts the ranks are grouped into (by HOROVOD_HOSTNAME when set, else gethostname()).
-  int num_hosts() const { return num_hosts_; }
+  int num_hosts() const { return stack_.num_hosts; }
 
   const Config& config() const { return config_; }
-  bool is_homogeneous() const { return homogeneous_; }
-  const char* backend_name() const { return backend_name_; }
+  bool is_homogeneous() const { return stack_.homogeneous; }
+  const char* backend_name() const { return stack_.backend_name; }
   bool mpi_threads_supported();
 
  private:
   explicit Engine(const Config& config);
-  std::shared_ptr<ProcessSet> FindSet(int32_t id);
-  // Collective over the global set: creates set `id` of `ranks`.
-  void CreateProcessSet(int32_t id, const std::vector<int>& ranks);
   void BackgroundLoop();
   bool RunCycle();
   void RequestShutdown(const std::string& reason);
   void PerformAll(ProcessSet& set, const ResponseList& list);
   void Perform(ProcessSet& set, const Response& response);
-  void PerformAllreduce(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries);
-  void PerformAllgather(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
-                        std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs);
-  void PerformBroadcast(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries);
-  void PerformAlltoall(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
-                       std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs);
-  void PerformReducescatter(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
-                            std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs);
-  // GPU tensors (gpu_executor.cc): the same operations through the NCCL plugin. Errors of CUDA
-  // or NCCL are thrown as GpuError.
-  void PerformGpu(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
-                  std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs);
-  GpuCommunicator& Communicator(ProcessSet& set, int device);
   // Autotune: puts `parameters` in force on this rank (every controller, the cycle time).
   void ApplyParameters(const TunedParameters& parameters);
+  void ConfigureController(Controller& controller);
   size_t CacheCapacity(const TunedParameters& parameters) const;
-  int64_t PerformAddProcessSet(const Response& response);
-  int64_t PerformRemoveProcessSet(const Response& response);
-  // Which ranks' processes are gone (same-host ranks are checked by pid), for the error message.
-  std::string DescribeLostRanks();
-  std::string Activity(const char* op) const;
 
   Config config_;
   std::unique_ptr<Store> store_;
-  std::string key_prefix_;
-  const char* backend_name_ = "";
-  std::string allreduce_activity_;  // timeline name of the backend's allreduce, e.g. GLOO_ALLREDUCE
-  bool homogeneous_ = true;
-  bool shared_memory_ = false;  // the global set's collectives go through shared memory
-  bool shared_memory_single_copy_ = false;  // ... and its large allreduces read peers' buffers directly
-  // The switches and counters of the global set's backend when it is hierarchical (null when not);
-  // ApplyParameters flips the switches.
-  std::shared_ptr<HierarchicalState> hierarchical_;
-  int num_hosts_ = 1;
-  FusionBuffer fusion_buffer_;
-  GpuOps* gpu_ = nullptr;  // the NCCL plugin, once a GPU tensor was executed (background thread only)
+  CommunicatorStack stack_;  // the global communicator itself belongs to the global process set
+  std::unique_ptr<ProcessSetRegistry> sets_;
+  Executors executors_;
   Timeline timeline_;
   bool timeline_enabled_ = false;
-  // Host name and pid of every global rank.
-  std::vector<std::pair<std::string, int64_t>> peers_;
-
-  std::mutex sets_mu_;  // guards the map (members are used by the background thread only)
-  std::map<int32_t, std::shared_ptr<ProcessSet>> sets_;
-  std::deque<int32_t> free_ids_;  // removed ids, reused oldest-freed first
-  int32_t next_id_ = 1;
-  int64_t sets_created_ = 0;  // names each set's rendezvous keys
 
   std::atomic<int64_t> last_handle_{0};
   std::mutex handles_mu_;
@@ -239,10 +168,32 @@ class Engine {
   std::atomic<int64_t> cycle_time_us_{1000};
   std::thread thread_;
 };
+  std::mutex handles_mu_;
+  std::unordered_map<int64_t, std::shared_ptr<HandleState>> handles_;
 
-// The backend a config selects: HOROVOD_CPU_OPERATIONS, else HOROVOD_CONTROLLER, else MPI when the
-// process was started by an MPI launcher and the MPI backend is available, else Gloo.
-std::string CpuBackendName(const Config& config);
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  bool wake_ = false;     // a submission (or a shutdown request) arrived since the last cycle
+  bool waiting_ = false;  // a caller blocked on an unfinished handle since the last cycle
+  // Submissions so far; while the background thread gathers a burst (coalescing_), Enqueue only
+  // counts instead of waking it each time.
+  std::atomic<uint64_t> submissions_{0};
+  std::atomic<bool> coalescing_{false};
+  bool progress_ = false;  // the current cycle executed at least one response (background thread only)
+  std::atomic<bool> shutdown_requested_{false};
+  std::mutex reason_mu_;
+  std::string shutdown_reason_;  // why this rank asks to shut down ("" = hvd.shutdown())
+  std::string exit_reason_;      // the verdict every pending operation fails with
+  NegotiationStats global_stats_;
+  std::mutex stats_mu_;
+  // Autotune (spec core.md §12): the tuner (global rank 0 with HOROVOD_AUTOTUNE only) and the
+  // parameters in force.
+  std::unique_ptr<ParameterManager> parameter_manager_;
+  std::mutex parameters_mu_;
+  TunedParameters parameters_;
+  std::atomic<int64_t> cycle_time_us_{1000};
+  std::thread thread_;
+};
 
 // Text of the error every pending and later operation gets after a shutdown.
 extern const char* const kShutdownMessage;

@@ -16,7 +16,7 @@ int64_t AllreduceBytes(const Response& r) {
 }
 
 bool Compatible(const Response& a, const Response& b, bool group_fusion_only) {
-  if (b.type != ResponseType::ALLREDUCE || a.dtype != b.dtype || a.reduce_op != b.reduce_op ||
+  if (b.type != OpType::ALLREDUCE || a.dtype != b.dtype || a.reduce_op != b.reduce_op ||
       a.prescale_factor != b.prescale_factor || a.postscale_factor != b.postscale_factor || a.device != b.device) {
     return false;
   }
@@ -34,7 +34,7 @@ std::vector<Response> FuseResponses(std::vector<Response> responses, int64_t thr
     if (taken[i]) continue;
     Response current = std::move(responses[i]);
     taken[i] = true;
-    if (current.type == ResponseType::ALLREDUCE && threshold_bytes > 0) {
+    if (current.type == OpType::ALLREDUCE && threshold_bytes > 0) {
       int64_t bytes = AllreduceBytes(current);
       for (size_t j = i + 1; j < responses.size() && bytes < threshold_bytes; ++j) {
         if (taken[j] || !Compatible(current, responses[j], group_fusion_only)) continue;

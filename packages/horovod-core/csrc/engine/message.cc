@@ -75,11 +75,6 @@ class Reader {
 
 }  // namespace
 
-const char* ResponseTypeName(ResponseType type) {
-  if (type == ResponseType::ERROR) return "ERROR";
-  return RequestTypeName(static_cast<RequestType>(type));
-}
-
 bool SameOperation(const Request& a, const Request& b) {
   return a.type == b.type && a.dtype == b.dtype && a.name == b.name && a.shape == b.shape &&
          a.root_rank == b.root_rank && a.reduce_op == b.reduce_op && a.prescale_factor == b.prescale_factor &&
@@ -115,7 +110,7 @@ RequestList DeserializeRequestList(const std::vector<char>& bytes) {
   auto n = r.Get<uint64_t>();
   list.requests.resize(n);
   for (Request& q : list.requests) {
-    q.type = r.Get<RequestType>();
+    q.type = r.Get<OpType>();
     q.dtype = r.Get<DataType>();
     q.name = r.GetString();
     q.shape = r.GetVector<int64_t>();
@@ -172,7 +167,7 @@ ResponseList DeserializeResponseList(const std::vector<char>& bytes) {
   auto n = r.Get<uint64_t>();
   list.responses.resize(n);
   for (Response& p : list.responses) {
-    p.type = r.Get<ResponseType>();
+    p.type = r.Get<OpType>();
     p.names = r.GetStrings();
     p.error_message = r.GetString();
     p.dtype = r.Get<DataType>();

@@ -14,7 +14,7 @@ namespace horovod {
 
 struct Request {
   int32_t rank = 0;  // set by the coordinator from the position of the rank's list; not sent
-  RequestType type = RequestType::ALLREDUCE;
+  OpType type = OpType::ALLREDUCE;
   DataType dtype = DataType::FLOAT32;
   std::string name;
   std::vector<int64_t> shape;
@@ -39,17 +39,9 @@ struct RequestList {
   std::string shutdown_reason;  // why this rank asks to shut down ("" = hvd.shutdown())
 };
 
-enum class ResponseType : int32_t {
-  ALLREDUCE = 0, ALLGATHER = 1, BROADCAST = 2, JOIN = 3, ADASUM = 4,
-  ALLTOALL = 5, BARRIER = 6, REDUCESCATTER = 7, ERROR = 8,
-  ADD_PROCESS_SET = 100, REMOVE_PROCESS_SET = 101,
-};
-
-const char* ResponseTypeName(ResponseType type);
-
 // One operation every rank executes, possibly covering several fused tensors.
 struct Response {
-  ResponseType type = ResponseType::ALLREDUCE;
+  OpType type = OpType::ALLREDUCE;
   std::vector<std::string> names;
   std::string error_message;
   DataType dtype = DataType::FLOAT32;

@@ -41,10 +41,6 @@ class ResponseCache {
   size_t num_bits() const { return entries_.size(); }
   size_t num_entries() const { return by_name_.size(); }
 
-  static bool Cacheable(RequestType type) {
-    return type == RequestType::ALLREDUCE || type == RequestType::ADASUM || type == RequestType::ALLGATHER || type == RequestType::BROADCAST ||
-           type == RequestType::ALLTOALL || type == RequestType::REDUCESCATTER;
-  }
 
  private:
   struct Entry {

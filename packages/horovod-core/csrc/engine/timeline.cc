@@ -156,12 +156,12 @@ int Timeline::TensorPid(const std::string& tensor) {
   return pid;
 }
 
-void Timeline::NegotiateStart(const std::string& tensor, RequestType type) {
+void Timeline::NegotiateStart(const std::string& tensor, OpType type) {
   if (!recording()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (fd_ < 0) return;
   int pid = TensorPid(tensor);
-  std::string name = std::string("NEGOTIATE_") + RequestTypeName(type);
+  std::string name = std::string("NEGOTIATE_") + OpTypeName(type);
   WriteRecord(Event("B", name.c_str(), NowMicros(), pid));
 }
 
@@ -181,12 +181,12 @@ void Timeline::NegotiateEnd(const std::string& tensor) {
   WriteRecord(Event("E", nullptr, NowMicros(), pid));
 }
 
-void Timeline::Start(const std::string& tensor, ResponseType type) {
+void Timeline::Start(const std::string& tensor, OpType type) {
   if (!recording()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (fd_ < 0) return;
   int pid = TensorPid(tensor);
-  WriteRecord(Event("B", ResponseTypeName(type), NowMicros(), pid));
+  WriteRecord(Event("B", OpTypeName(type), NowMicros(), pid));
 }
 
 void Timeline::ActivityStart(const std::string& tensor, const char* activity) {

@@ -41,14 +41,14 @@ class Timeline {
 
   // Negotiation, on the coordinator: B NEGOTIATE_<TYPE> when the first rank reports `tensor`,
   // an X event named after each reporting rank, E when every rank has reported.
-  void NegotiateStart(const std::string& tensor, RequestType type);
+  void NegotiateStart(const std::string& tensor, OpType type);
   void NegotiateRankReady(const std::string& tensor, int rank);
   void NegotiateEnd(const std::string& tensor);
 
   // Processing: B named after the response type; nested activities (names from spec core.md
   // §11.2, e.g. "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "GLOO_ALLREDUCE"); E, with the output's
   // dtype and shape as args when there is an output.
-  void Start(const std::string& tensor, ResponseType type);
+  void Start(const std::string& tensor, OpType type);
   void ActivityStart(const std::string& tensor, const char* activity);
   void ActivityEnd(const std::string& tensor);
   void End(const std::string& tensor);
@@ -73,6 +73,49 @@ class Timeline {
   int64_t end_offset_ = 0;  // file size; the last byte is the closing ']'
   std::unordered_map<std::string, int> pids_;
   const std::chrono::steady_clock::time_point origin_;
+};
+
+// One activity of the tensors of an operation, for as long as the object lives: started (when the
+// timeline is recording) on construction, ended on destruction; Next ends it and starts the
+// following one. `tensors` must outlive the object.
+class ScopedActivity {
+ public:
+  ScopedActivity(Timeline& timeline, const std::vector<std::string>& tensors, const std::string& activity)
+      : timeline_(timeline), tensors_(&tensors), active_(timeline.recording()) {
+    if (active_) Begin(activity);
+  }
+  ScopedActivity(Timeline& timeline, const std::string& tensor, const std::string& activity)
+      : timeline_(timeline), tensor_(&tensor), active_(timeline.recording()) {
+    if (active_) Begin(activity);
+  }
+  ~ScopedActivity() {
+    if (active_) Finish();
+  }
+  ScopedActivity(const ScopedActivity&) = delete;
+  ScopedActivity& operator=(const ScopedActivity&) = delete;
+  void Next(const std::string& activity) {
+    if (!active_) return;
+    Finish();
+    Begin(activity);
+  }
+
+ private:
+  void Begin(const std::string& activity) {
+    if (tensor_) timeline_.ActivityStart(*tensor_, activity.c_str());
+    if (tensors_) {
+      for (const auto& tensor : *tensors_) timeline_.ActivityStart(tensor, activity.c_str());
+    }
+  }
+  void Finish() {
+    if (tensor_) timeline_.ActivityEnd(*tensor_);
+    if (tensors_) {
+      for (const auto& tensor : *tensors_) timeline_.ActivityEnd(tensor);
+    }
+  }
+  Timeline& timeline_;
+  const std::vector<std::string>* tensors_ = nullptr;
+  const std::string* tensor_ = nullptr;
+  bool active_;
 };
 
 }  // namespace horovod

@@ -138,7 +138,7 @@ TEST_P(Collectives, Allreduce) {
                                    std::to_string(count);
           std::vector<char> in(count * DataTypeSize(dtype)), out(in.size());
           for (int64_t i = 0; i < count; ++i) Store(dtype, in.data(), i, Value(dtype, op, i, rank));
-          Request request = MakeRequest(RequestType::ALLREDUCE, name, dtype, {count});
+          Request request = MakeRequest(OpType::ALLREDUCE, name, dtype, {count});
           request.reduce_op = op;
           auto state = SubmitAndWait(engine, {request}, {MakeEntry(name, in.data(), out.data(), dtype, {count})});
           ExpectOk(*state, name);
@@ -170,7 +170,7 @@ TEST_P(Collectives, FusedAllreduceWithScaling) {
         const bool in_place = t % 2 == 1;
         if (!in_place) out[t].resize(in[t].size());
         const std::string name = "fused." + std::to_string(t);
-        Request request = MakeRequest(RequestType::ALLREDUCE, name, dtype, {count});
+        Request request = MakeRequest(OpType::ALLREDUCE, name, dtype, {count});
         request.prescale_factor = 2.0;
         request.postscale_factor = 0.25;
         requests.push_back(request);
@@ -205,7 +205,7 @@ TEST_P(Collectives, Allgather) {
           for (int64_t k = 0; k < width; ++k) Store(dtype, in.data(), j * width + k, (rank * 10 + j + k) % 100);
         }
         const std::string name = std::string("allgather.") + DataTypeName(dtype) + "." + std::to_string(width);
-        auto state = SubmitAndWait(engine, {MakeRequest(RequestType::ALLGATHER, name, dtype, {rows, width})},
+        auto state = SubmitAndWait(engine, {MakeRequest(OpType::ALLGATHER, name, dtype, {rows, width})},
                                    {MakeEntry(name, in.data(), nullptr, dtype, {rows, width})});
         ExpectOk(*state, name);
         const auto outputs = state->outputs();
@@ -235,7 +235,7 @@ TEST_P(Collectives, Broadcast) {
         std::vector<char> buffer(count * DataTypeSize(dtype));
         for (int64_t i = 0; i < count; ++i) Store(dtype, buffer.data(), i, (i + rank * 5) % 50);
         const std::string name = "broadcast." + std::to_string(root) + "." + std::to_string(count);
-        Request request = MakeRequest(RequestType::BROADCAST, name, dtype, {count});
+        Request request = MakeRequest(OpType::BROADCAST, name, dtype, {count});
         request.root_rank = root;
         auto state = SubmitAndWait(engine, {request}, {MakeEntry(name, buffer.data(), buffer.data(), dtype, {count})});
         ExpectOk(*state, name);
@@ -262,7 +262,7 @@ TEST_P(Collectives, Alltoall) {
         }
       }
       const std::string name = "alltoall." + std::to_string(width);
-      Request request = MakeRequest(RequestType::ALLTOALL, name, DataType::FLOAT32, {rows, width});
+      Request request = MakeRequest(OpType::ALLTOALL, name, DataType::FLOAT32, {rows, width});
       request.splits = splits;
       auto state = SubmitAndWait(engine, {request}, {MakeEntry(name, in.data(), nullptr, DataType::FLOAT32, {rows, width})});
       ExpectOk(*state, name);
@@ -301,7 +301,7 @@ TEST_P(Collectives, Reducescatter) {
           for (int64_t i = 0; i < rows * width; ++i) Store(dtype, in.data(), i, Value(dtype, op, i, rank));
           const std::string name = std::string("reducescatter.") + DataTypeName(dtype) + "." + ReduceOpName(op) + "." +
                                    std::to_string(width);
-          Request request = MakeRequest(RequestType::REDUCESCATTER, name, dtype, {rows, width});
+          Request request = MakeRequest(OpType::REDUCESCATTER, name, dtype, {rows, width});
           request.reduce_op = op;
           auto state = SubmitAndWait(engine, {request}, {MakeEntry(name, in.data(), nullptr, dtype, {rows, width})});
           ExpectOk(*state, name);
@@ -324,14 +324,14 @@ TEST_P(Collectives, MismatchFailsEveryRankAndTheEnginesGoOn) {
   group_->Run([&](int rank, Engine& engine) {
     const int64_t count = rank == size() - 1 ? 5 : 4;
     std::vector<float> buffer(count, 1.0f);
-    auto state = SubmitAndWait(engine, {MakeRequest(RequestType::ALLREDUCE, "bad", DataType::FLOAT32, {count})},
+    auto state = SubmitAndWait(engine, {MakeRequest(OpType::ALLREDUCE, "bad", DataType::FLOAT32, {count})},
                                {MakeEntry("bad", buffer.data(), buffer.data(), DataType::FLOAT32, {count})});
     const Status status = state->status();
     EXPECT_EQ(status.type(), StatusType::PRECONDITION_ERROR) << "rank " << rank;
     EXPECT_NE(status.reason().find("Mismatched ALLREDUCE tensor shapes"), std::string::npos) << status.reason();
 
     std::vector<float> good(3, static_cast<float>(rank));
-    state = SubmitAndWait(engine, {MakeRequest(RequestType::ALLREDUCE, "good", DataType::FLOAT32, {3})},
+    state = SubmitAndWait(engine, {MakeRequest(OpType::ALLREDUCE, "good", DataType::FLOAT32, {3})},
                           {MakeEntry("good", good.data(), good.data(), DataType::FLOAT32, {3})});
     ExpectOk(*state, "allreduce after the error");
     EXPECT_EQ(good[2], static_cast<float>(size() * (size() - 1) / 2));

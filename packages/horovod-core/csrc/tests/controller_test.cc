@@ -53,7 +53,7 @@ void ExpectErrorEverywhere(const std::vector<std::vector<ResponseList>>& lists, 
     const ResponseList& list = lists[rank].back();
     ASSERT_EQ(list.responses.size(), 1u) << "rank " << rank;
     const Response& r = list.responses[0];
-    EXPECT_EQ(r.type, ResponseType::ERROR) << "rank " << rank;
+    EXPECT_EQ(r.type, OpType::ERROR) << "rank " << rank;
     EXPECT_EQ(r.names, std::vector<std::string>{name});
     for (const auto& part : expected) {
       EXPECT_NE(r.error_message.find(part), std::string::npos) << "rank " << rank << ": " << r.error_message;
@@ -62,7 +62,7 @@ void ExpectErrorEverywhere(const std::vector<std::vector<ResponseList>>& lists, 
 }
 
 Request Allreduce(const std::string& name, std::vector<int64_t> shape = {4}, DataType dtype = DataType::FLOAT32) {
-  return MakeRequest(RequestType::ALLREDUCE, name, dtype, std::move(shape));
+  return MakeRequest(OpType::ALLREDUCE, name, dtype, std::move(shape));
 }
 
 class Agreement : public ::testing::TestWithParam<int> {};
@@ -81,7 +81,7 @@ TEST_P(Agreement, MismatchedShape) {
 
 TEST_P(Agreement, MismatchedOperation) {
   const int size = GetParam();
-  Request gather = MakeRequest(RequestType::ALLGATHER, "t", DataType::FLOAT32, {4});
+  Request gather = MakeRequest(OpType::ALLGATHER, "t", DataType::FLOAT32, {4});
   auto lists = Negotiate(size, {AllBut(size, size - 1, Allreduce("t"), gather)});
   ExpectErrorEverywhere(lists, "t", {"Mismatched operations", "ALLREDUCE", "ALLGATHER"});
 }
@@ -100,7 +100,7 @@ TEST_P(Agreement, MismatchedReduceOpAndScaling) {
 
 TEST_P(Agreement, MismatchedRoot) {
   const int size = GetParam();
-  Request root0 = MakeRequest(RequestType::BROADCAST, "b", DataType::INT64, {3});
+  Request root0 = MakeRequest(OpType::BROADCAST, "b", DataType::INT64, {3});
   root0.root_rank = 0;
   Request root1 = root0;
   root1.root_rank = 1;
@@ -110,15 +110,15 @@ TEST_P(Agreement, MismatchedRoot) {
 
 TEST_P(Agreement, AllgatherChecksTrailingDimensionsAndScalars) {
   const int size = GetParam();
-  Request a = MakeRequest(RequestType::ALLGATHER, "g", DataType::FLOAT32, {2, 5});
-  Request b = MakeRequest(RequestType::ALLGATHER, "g", DataType::FLOAT32, {7, 5});  // dim 0 may differ
-  Request c = MakeRequest(RequestType::ALLGATHER, "g", DataType::FLOAT32, {2, 6});
-  Request scalar = MakeRequest(RequestType::ALLGATHER, "g", DataType::FLOAT32, {});
+  Request a = MakeRequest(OpType::ALLGATHER, "g", DataType::FLOAT32, {2, 5});
+  Request b = MakeRequest(OpType::ALLGATHER, "g", DataType::FLOAT32, {7, 5});  // dim 0 may differ
+  Request c = MakeRequest(OpType::ALLGATHER, "g", DataType::FLOAT32, {2, 6});
+  Request scalar = MakeRequest(OpType::ALLGATHER, "g", DataType::FLOAT32, {});
   auto ok = Negotiate(size, {AllBut(size, 1, a, b)});
   for (int rank = 0; rank < size; ++rank) {
     ASSERT_EQ(ok[rank][0].responses.size(), 1u);
     const Response& r = ok[rank][0].responses[0];
-    EXPECT_EQ(r.type, ResponseType::ALLGATHER);
+    EXPECT_EQ(r.type, OpType::ALLGATHER);
     std::vector<int64_t> dims(size, 2);
     dims[1] = 7;
     EXPECT_EQ(r.tensor_sizes, dims) << "rank " << rank;
@@ -140,7 +140,7 @@ TEST_P(Agreement, AlltoallSizesComeFromEverySender) {
   const int size = GetParam();
   std::vector<std::vector<Request>> cycle(size);
   for (int rank = 0; rank < size; ++rank) {
-    Request r = MakeRequest(RequestType::ALLTOALL, "x", DataType::INT32, {10 * (rank + 1)});
+    Request r = MakeRequest(OpType::ALLTOALL, "x", DataType::INT32, {10 * (rank + 1)});
     r.splits.assign(size, 0);
     for (int to = 0; to < size; ++to) r.splits[to] = rank + to;  // rows rank sends to `to`
     cycle[rank] = {r};
@@ -148,7 +148,7 @@ TEST_P(Agreement, AlltoallSizesComeFromEverySender) {
   auto lists = Negotiate(size, {cycle});
   for (int rank = 0; rank < size; ++rank) {
     const Response& r = lists[rank][0].responses.at(0);
-    EXPECT_EQ(r.type, ResponseType::ALLTOALL);
+    EXPECT_EQ(r.type, OpType::ALLTOALL);
     ASSERT_EQ(r.tensor_sizes.size(), static_cast<size_t>(size * size));
     for (int from = 0; from < size; ++from) {
       for (int to = 0; to < size; ++to) EXPECT_EQ(r.tensor_sizes[from * size + to], from + to);

@@ -12,7 +12,7 @@ namespace {
 
 Response Allreduce(const std::string& name, int64_t elements, DataType dtype = DataType::FLOAT32) {
   Response r;
-  r.type = ResponseType::ALLREDUCE;
+  r.type = OpType::ALLREDUCE;
   r.names = {name};
   r.dtype = dtype;
   r.tensor_sizes = {elements};
@@ -79,17 +79,17 @@ TEST(Fusion, OnlyMatchingDtypeOpScaleAndDeviceFuse) {
 }
 
 TEST(Fusion, OtherOperationsNeverFuse) {
-  for (ResponseType type : {ResponseType::ALLGATHER, ResponseType::BROADCAST, ResponseType::ALLTOALL,
-                            ResponseType::REDUCESCATTER, ResponseType::ADASUM, ResponseType::ERROR,
-                            ResponseType::BARRIER}) {
+  for (OpType type : {OpType::ALLGATHER, OpType::BROADCAST, OpType::ALLTOALL,
+                            OpType::REDUCESCATTER, OpType::ADASUM, OpType::ERROR,
+                            OpType::BARRIER}) {
     Response a = Allreduce("a", 1), b = Allreduce("b", 1), c = Allreduce("c", 1);
     a.type = b.type = type;
     EXPECT_EQ(Names(FuseResponses({a, b, c}, 1 << 20, false)), (Groups{{"a"}, {"b"}, {"c"}}))
-        << ResponseTypeName(type);
+        << OpTypeName(type);
   }
   // An allreduce never absorbs one of another type either.
   Response gather = Allreduce("g", 1);
-  gather.type = ResponseType::ALLGATHER;
+  gather.type = OpType::ALLGATHER;
   EXPECT_EQ(Names(FuseResponses({Allreduce("a", 1), gather, Allreduce("b", 1)}, 1 << 20, false)),
             (Groups{{"a", "b"}, {"g"}}));
 }

@@ -1,7 +1,7 @@
 // Output layouts of the collectives whose output shape is known only after negotiation.
 #include <gtest/gtest.h>
 
-#include "engine/engine.h"
+#include "collectives/layouts.h"
 
 namespace horovod {
 namespace {
@@ -15,7 +15,7 @@ TensorView View(DataType dtype, std::vector<int64_t> shape) {
 
 TEST(Layout, AllgatherConcatenatesFirstDimensions) {
   Response response;
-  response.type = ResponseType::ALLGATHER;
+  response.type = OpType::ALLGATHER;
   // Two tensors over 3 ranks, tensor-major: tensor 0 has 2, 0, 5 rows; tensor 1 has 1, 1, 1.
   response.tensor_sizes = {2, 0, 5, 1, 1, 1};
   const AllgatherLayout first = MakeAllgatherLayout(response, 0, View(DataType::FLOAT64, {2, 3, 4}), 3);
@@ -29,7 +29,7 @@ TEST(Layout, AllgatherConcatenatesFirstDimensions) {
 
 TEST(Layout, AlltoallSendsItsRowAndReceivesItsColumn) {
   Response response;
-  response.type = ResponseType::ALLTOALL;
+  response.type = OpType::ALLTOALL;
   // rows[sender * 3 + receiver]
   response.tensor_sizes = {0, 1, 2,
                            3, 4, 5,

@@ -11,7 +11,7 @@ namespace {
 
 Request FullRequest(const std::string& name) {
   Request r;
-  r.type = RequestType::ALLTOALL;
+  r.type = OpType::ALLTOALL;
   r.dtype = DataType::BFLOAT16;
   r.name = name;
   r.shape = {6, 0, 3};
@@ -62,7 +62,7 @@ TEST(Message, ResponseListRoundTrip) {
   list.shutdown_reason = "stalled";
   list.any_joined = true;
   Response fused;
-  fused.type = ResponseType::ALLREDUCE;
+  fused.type = OpType::ALLREDUCE;
   fused.names = {"a", "b", ""};
   fused.dtype = DataType::FLOAT16;
   fused.reduce_op = ReduceOp::MAX;
@@ -73,7 +73,7 @@ TEST(Message, ResponseListRoundTrip) {
   fused.group_id = -9;
   fused.tensor_sizes = {10, 0, 1LL << 40};
   Response error;
-  error.type = ResponseType::ERROR;
+  error.type = OpType::ERROR;
   error.names = {"bad"};
   error.error_message = "Mismatched data types";
   list.responses = {fused, error};
@@ -93,7 +93,7 @@ TEST(Message, ResponseListRoundTrip) {
   EXPECT_TRUE(*back.parameters == p);
   ASSERT_EQ(back.responses.size(), 2u);
   const Response& f = back.responses[0];
-  EXPECT_EQ(f.type, ResponseType::ALLREDUCE);
+  EXPECT_EQ(f.type, OpType::ALLREDUCE);
   EXPECT_EQ(f.names, fused.names);
   EXPECT_EQ(f.dtype, DataType::FLOAT16);
   EXPECT_EQ(f.reduce_op, ReduceOp::MAX);
@@ -103,7 +103,7 @@ TEST(Message, ResponseListRoundTrip) {
   EXPECT_EQ(f.device, 3);
   EXPECT_EQ(f.group_id, -9);
   EXPECT_EQ(f.tensor_sizes, fused.tensor_sizes);
-  EXPECT_EQ(back.responses[1].type, ResponseType::ERROR);
+  EXPECT_EQ(back.responses[1].type, OpType::ERROR);
   EXPECT_EQ(back.responses[1].names, error.names);
   EXPECT_EQ(back.responses[1].error_message, error.error_message);
 }
@@ -130,7 +130,7 @@ TEST(Message, SameOperationComparesEveryFieldButRank) {
   other.rank = 5;
   EXPECT_TRUE(SameOperation(base, other));
   std::vector<std::function<void(Request&)>> changes = {
-      [](Request& r) { r.type = RequestType::ALLGATHER; },   [](Request& r) { r.dtype = DataType::FLOAT32; },
+      [](Request& r) { r.type = OpType::ALLGATHER; },   [](Request& r) { r.dtype = DataType::FLOAT32; },
       [](Request& r) { r.name = "u"; },                      [](Request& r) { r.shape[2] = 4; },
       [](Request& r) { r.root_rank = 0; },                   [](Request& r) { r.reduce_op = ReduceOp::SUM; },
       [](Request& r) { r.prescale_factor = 1.0; },           [](Request& r) { r.postscale_factor = 1.0; },

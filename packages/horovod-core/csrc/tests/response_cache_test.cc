@@ -9,7 +9,7 @@ namespace {
 
 Request Allreduce(const std::string& name, int64_t elements = 4) {
   Request r;
-  r.type = RequestType::ALLREDUCE;
+  r.type = OpType::ALLREDUCE;
   r.name = name;
   r.shape = {elements};
   return r;
@@ -17,7 +17,7 @@ Request Allreduce(const std::string& name, int64_t elements = 4) {
 
 Response ResponseFor(const Request& r) {
   Response response;
-  response.type = static_cast<ResponseType>(r.type);
+  response.type = r.type;
   response.names = {r.name};
   response.dtype = r.dtype;
   response.tensor_sizes = {NumElements(r.shape)};
@@ -121,13 +121,13 @@ TEST(ResponseCache, CapacityZeroCachesNothing) {
 }
 
 TEST(ResponseCache, CacheableTypes) {
-  for (RequestType t : {RequestType::ALLREDUCE, RequestType::ADASUM, RequestType::ALLGATHER, RequestType::BROADCAST,
-                        RequestType::ALLTOALL, RequestType::REDUCESCATTER}) {
-    EXPECT_TRUE(ResponseCache::Cacheable(t)) << RequestTypeName(t);
+  for (OpType t : {OpType::ALLREDUCE, OpType::ADASUM, OpType::ALLGATHER, OpType::BROADCAST,
+                        OpType::ALLTOALL, OpType::REDUCESCATTER}) {
+    EXPECT_TRUE(ResponseCache::Cacheable(t)) << OpTypeName(t);
   }
-  for (RequestType t : {RequestType::JOIN, RequestType::BARRIER, RequestType::ADD_PROCESS_SET,
-                        RequestType::REMOVE_PROCESS_SET}) {
-    EXPECT_FALSE(ResponseCache::Cacheable(t)) << RequestTypeName(t);
+  for (OpType t : {OpType::JOIN, OpType::BARRIER, OpType::ADD_PROCESS_SET,
+                        OpType::REMOVE_PROCESS_SET}) {
+    EXPECT_FALSE(ResponseCache::Cacheable(t)) << OpTypeName(t);
   }
 }
 

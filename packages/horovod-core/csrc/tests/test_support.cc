@@ -87,8 +87,7 @@ void EngineGroup::Run(const std::function<void(int rank, Engine& engine)>& fn) {
 
 std::shared_ptr<HandleState> SubmitAndWait(Engine& engine, std::vector<Request> requests,
                                            std::vector<TensorTableEntry> entries, int32_t process_set_id) {
-  const int64_t handle = engine.NewHandle();
-  engine.Enqueue(process_set_id, handle, std::move(requests), std::move(entries));
+  const int64_t handle = engine.Enqueue(process_set_id, std::move(requests), std::move(entries));
   std::shared_ptr<HandleState> state = engine.GetHandle(handle);
   engine.NotifyWaiting();
   const bool done = state->WaitFor(std::chrono::duration_cast<std::chrono::milliseconds>(kRankTimeout));
@@ -97,7 +96,7 @@ std::shared_ptr<HandleState> SubmitAndWait(Engine& engine, std::vector<Request> 
   return state;
 }
 
-Request MakeRequest(RequestType type, const std::string& name, DataType dtype, std::vector<int64_t> shape) {
+Request MakeRequest(OpType type, const std::string& name, DataType dtype, std::vector<int64_t> shape) {
   Request request;
   request.type = type;
   request.name = name;

@@ -66,7 +66,7 @@ class EngineGroup {
 std::shared_ptr<HandleState> SubmitAndWait(Engine& engine, std::vector<Request> requests,
                                            std::vector<TensorTableEntry> entries, int32_t process_set_id = 0);
 
-Request MakeRequest(RequestType type, const std::string& name, DataType dtype, std::vector<int64_t> shape);
+Request MakeRequest(OpType type, const std::string& name, DataType dtype, std::vector<int64_t> shape);
 TensorTableEntry MakeEntry(const std::string& name, void* input, void* output, DataType dtype,
                            std::vector<int64_t> shape);
 

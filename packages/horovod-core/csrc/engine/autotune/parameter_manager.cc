@@ -106,7 +106,7 @@ std::optional<TunedParameters> ParameterManager::Update(const std::vector<Respon
   }
   bool sample_done = false;
   for (const Response& response : executed) {
-    if (response.type != ResponseType::ALLREDUCE) continue;
+    if (response.type != OpType::ALLREDUCE) continue;
     int64_t elements = 0;
     for (int64_t n : response.tensor_sizes) elements += n;
     sample_bytes_ += static_cast<double>(elements) * static_cast<double>(DataTypeSize(response.dtype));

@@ -1,0 +1,134 @@
+// A collective operation's home: one class per operation type (csrc/collectives/<name>.cc), holding
+// everything that differs between operations, from the caller's enqueue to the execution:
+//   - CheckRequest: the checks of one rank's request at enqueue, against its process set (caller's
+//     thread; an error is raised to that caller at once);
+//   - CheckAgreement / Describe: on the coordinator, the checks that every rank asked for the same
+//     operation (a disagreement becomes an ERROR response every rank fails with) and the sizes the
+//     response carries (first dimensions, splits);
+//   - Execute: the data movement on the background thread, written once against a Communicator
+//     (csrc/backends/communicator.h) and a DeviceExecutor (csrc/executors/device_executor.h), so
+//     the same code runs on CPU and GPU tensors.
+// The registry maps an OpType to its collective; each file registers its class from a static
+// initialiser (the engine is an object library, so every registration is linked in).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/communicator.h"
+#include "engine/common.h"
+#include "engine/message.h"
+#include "engine/tensor_queue.h"
+#include "engine/timeline.h"
+#include "executors/device_executor.h"
+
+namespace horovod {
+
+class ProcessSetRegistry;
+
+// What a request is checked against at enqueue.
+struct EnqueueContext {
+  int32_t process_set_id = 0;
+  const std::vector<int>* set_ranks = nullptr;  // global ranks of the set, sorted
+  int global_size = 1;
+  bool dynamic_process_sets = false;  // HOROVOD_DYNAMIC_PROCESS_SETS
+};
+
+// What the coordinator knows when it checks one tensor's requests.
+struct AgreementContext {
+  bool any_joined = false;         // some rank of the set has joined
+  int64_t fusion_threshold_bytes = 0;
+};
+
+// Everything one response's execution works with on this rank.
+struct ExecutionContext {
+  const Response& response;
+  // This rank's entries, one per name of the response; null where this rank has none (a joined
+  // rank, for the operations a joined rank takes part in).
+  std::vector<TensorTableEntry*>& entries;
+  // Engine-allocated outputs per entry (left empty where the caller gave the output).
+  std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs;
+  Communicator& communicator;  // of the set, on the response's device (CPU backend or NCCL)
+  DeviceExecutor& executor;
+  const std::vector<int>& set_ranks;  // global ranks of the set, sorted
+  int set_rank;                       // this rank's rank in the set
+  Timeline& timeline;
+  ProcessSetRegistry* registry;  // the engine's process sets (control operations of the global set)
+  // The result of an operation whose result is one integer (join, process set registration).
+  std::optional<int64_t> value;
+};
+
+class Collective {
+ public:
+  explicit Collective(OpType type) : type_(type) {}
+  virtual ~Collective() = default;
+  OpType type() const { return type_; }
+  const char* name() const { return OpTypeName(type_); }
+
+  // Caller's thread: the checks of this rank's `request` (and its tensors, `entry`) against its
+  // process set. Returns OK, or the error raised to the caller (INVALID_ARGUMENT -> ValueError).
+  virtual Status CheckRequest(const Request& request, const TensorTableEntry& entry,
+                              const EnqueueContext& context) const {
+    return Status::OK();
+  }
+  // Coordinator: this operation's checks of every rank's request for one tensor (the common
+  // checks of data type, operation type and device are done around it, in spec core.md §6.11's
+  // order). Returns the error text, or "" when the ranks agree.
+  virtual std::string CheckAgreement(const std::vector<Request>& requests, const AgreementContext& context) const {
+    return "";
+  }
+  // Coordinator: fills response->tensor_sizes from the agreeing requests (indexed by set rank via
+  // Request::rank) of a set of `size` ranks.
+  virtual void Describe(const std::vector<Request>& requests, int size, Response* response) const {}
+  // Whether responses of this operation may be kept in the response cache.
+  virtual bool cacheable() const { return false; }
+  // Whether a joined rank takes part (contributing zeros) instead of the operation being an error.
+  virtual bool joined_ranks_take_part() const { return false; }
+  // Background thread: executes the negotiated response on this rank. Throws std::exception on a
+  // transport failure (the engine then stops).
+  virtual void Execute(ExecutionContext& context) const = 0;
+
+ private:
+  OpType type_;
+};
+
+// The collective of `type`; throws std::logic_error for a type without one (ERROR).
+const Collective& CollectiveFor(OpType type);
+// Called from the static initialiser of each collective's file; returns true.
+bool RegisterCollective(std::unique_ptr<Collective> collective);
+
+// Checks every rank's request for one tensor: data types, operation types, the operation's own
+// checks, then the kind of device. Returns the first disagreement's text, or "".
+std::string FindMismatch(const std::vector<Request>& requests, const AgreementContext& context);
+
+// Building blocks of CheckAgreement, each returning an error text or "".
+namespace agreement {
+std::string SameShape(const std::vector<Request>& requests);
+std::string SameScaleAndOp(const std::vector<Request>& requests);
+// Allgather, alltoall: no joined rank, at least one dimension, the same rank and trailing
+// dimensions.
+std::string GatherLikeShapes(const std::vector<Request>& requests, bool any_joined);
+}  // namespace agreement
+
+// A reduction's op and scale as the communicator runs them: AVERAGE becomes SUM followed by a
+// division by the number of ranks folded into the postscale factor.
+struct Reduction {
+  ReduceOp op;
+  double postscale;
+};
+Reduction EffectiveReduction(const Response& response, int size);
+
+// The set rank of global rank `global_rank` in `set_ranks` (sorted).
+int SetRankOf(const std::vector<int>& set_ranks, int global_rank);
+
+// Whether a reduction (`op`: "allreduce", "reducescatter") of `view` can run where it lies: GPU
+// tensors only of the types NCCL reduces. INVALID_ARGUMENT otherwise.
+Status CheckGpuReduction(const TensorView& view, const char* op);
+
+// The bytes of one row (all dimensions but the first) of a tensor of `dtype` and `shape`.
+int64_t RowBytes(DataType dtype, const std::vector<int64_t>& shape);
+
+}  // namespace horovod

@@ -1,0 +1,45 @@
+// Building the global communicator stack at init: the CPU backend the config selects (Gloo or
+// MPI), wrapped by the shared-memory transport when every rank is on one host, or by the
+// hierarchical collectives on several homogeneous hosts when asked for (or when autotune may try
+// them); and the job's facts every rank agrees on (hosts, process ids, homogeneity).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/communicator.h"
+#include "backends/hierarchical/hierarchical.h"
+#include "engine/config.h"
+#include "engine/store.h"
+
+namespace horovod {
+
+struct CommunicatorStack {
+  std::unique_ptr<Communicator> global;
+  const char* backend_name = "";
+  // Host name and pid of every global rank.
+  std::vector<std::pair<std::string, int64_t>> peers;
+  int num_hosts = 1;
+  bool homogeneous = true;
+  bool shared_memory = false;              // the global set's collectives go through shared memory
+  bool shared_memory_single_copy = false;  // ... and its large allreduces read peers' buffers directly
+  // The switches and counters of the hierarchical wrapper (null when there is none).
+  std::shared_ptr<HierarchicalState> hierarchical;
+};
+
+// Collective over every rank of the job. `config` gets the topology of backends that know it
+// (MPI). Throws EngineError or std::exception on failure.
+CommunicatorStack BuildCommunicatorStack(Config& config, Store* store, const std::string& key_prefix,
+                                         intptr_t mpi_comm, const std::vector<int>& mpi_ranks);
+
+// The backend a config selects: HOROVOD_CPU_OPERATIONS, else HOROVOD_CONTROLLER, else MPI when the
+// process was started by an MPI launcher and the MPI backend is available, else Gloo.
+std::string CpuBackendName(const Config& config);
+
+// Every rank's bytes, on every rank (a gather to rank 0 and a broadcast of the concatenation).
+std::vector<std::vector<char>> AllgatherBytes(Communicator& communicator, const std::vector<char>& mine);
+
+}  // namespace horovod
