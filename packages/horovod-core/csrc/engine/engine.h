@@ -168,32 +168,6 @@ class Engine {
   std::atomic<int64_t> cycle_time_us_{1000};
   std::thread thread_;
 };
-  std::mutex handles_mu_;
-  std::unordered_map<int64_t, std::shared_ptr<HandleState>> handles_;
-
-  std::mutex wake_mu_;
-  std::condition_variable wake_cv_;
-  bool wake_ = false;     // a submission (or a shutdown request) arrived since the last cycle
-  bool waiting_ = false;  // a caller blocked on an unfinished handle since the last cycle
-  // Submissions so far; while the background thread gathers a burst (coalescing_), Enqueue only
-  // counts instead of waking it each time.
-  std::atomic<uint64_t> submissions_{0};
-  std::atomic<bool> coalescing_{false};
-  bool progress_ = false;  // the current cycle executed at least one response (background thread only)
-  std::atomic<bool> shutdown_requested_{false};
-  std::mutex reason_mu_;
-  std::string shutdown_reason_;  // why this rank asks to shut down ("" = hvd.shutdown())
-  std::string exit_reason_;      // the verdict every pending operation fails with
-  NegotiationStats global_stats_;
-  std::mutex stats_mu_;
-  // Autotune (spec core.md §12): the tuner (global rank 0 with HOROVOD_AUTOTUNE only) and the
-  // parameters in force.
-  std::unique_ptr<ParameterManager> parameter_manager_;
-  std::mutex parameters_mu_;
-  TunedParameters parameters_;
-  std::atomic<int64_t> cycle_time_us_{1000};
-  std::thread thread_;
-};
 
 // Text of the error every pending and later operation gets after a shutdown.
 extern const char* const kShutdownMessage;
