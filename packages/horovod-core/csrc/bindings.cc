@@ -13,11 +13,11 @@
 #include <memory>
 #include <mutex>
 
+#include "backends/communicator.h"
+#include "backends/nccl/gpu_ops.h"
 #include "engine/autotune/bayesian_optimization.h"
-#include "engine/backend.h"
 #include "engine/config.h"
 #include "engine/engine.h"
-#include "engine/gpu_ops.h"
 
 namespace nb = nanobind;
 using namespace horovod;

@@ -13,10 +13,10 @@
 #include <stdexcept>
 
 #include "adasum.h"
-#include "hierarchical.h"
+#include "backends/hierarchical/hierarchical.h"
+#include "backends/shm/shared_memory.h"
 #include "logging.h"
 #include "reduction.h"
-#include "shared_memory.h"
 
 namespace horovod {
 
@@ -101,7 +101,7 @@ std::string CpuBackendName(const Config& config) {
 namespace {
 
 // Every rank's bytes, on every rank (a gather to rank 0 and a broadcast of the concatenation).
-std::vector<std::vector<char>> AllgatherBytes(Backend& backend, const std::vector<char>& mine) {
+std::vector<std::vector<char>> AllgatherBytes(Communicator& backend, const std::vector<char>& mine) {
   std::vector<std::vector<char>> all = backend.Gatherv(mine, 0);
   std::vector<char> packed;
   if (backend.rank() == 0) {
@@ -111,7 +111,7 @@ std::vector<std::vector<char>> AllgatherBytes(Backend& backend, const std::vecto
       packed.insert(packed.end(), bytes.begin(), bytes.end());
     }
   }
-  backend.Broadcast(packed, 0);
+  backend.BroadcastBytes(packed, 0);
   all.assign(backend.size(), {});
   size_t pos = 0;
   for (int r = 0; r < backend.size(); ++r) {
@@ -166,8 +166,8 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   options.mpi_comm = mpi_comm;
   options.mpi_ranks = mpi_ranks;
   options.mpi_threads_disable = config.mpi_threads_disable;
-  std::unique_ptr<Backend> backend = BackendRegistry::Create(CpuBackendName(config), options);
-  Backend& global = *backend;
+  std::unique_ptr<Communicator> backend = BackendRegistry::Create(CpuBackendName(config), options);
+  Communicator& global = *backend;
   engine->backend_name_ = global.name();
   engine->allreduce_activity_ = engine->Activity("ALLREDUCE");
   // MPI knows the job's layout from its launcher; the HOROVOD_* topology variables are not needed.
@@ -212,12 +212,12 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   for (const auto& peer : engine->peers_) pids.push_back(peer.second);
   const HostLayout host_layout = GroupByHost(group_hosts, global.rank());
   engine->num_hosts_ = static_cast<int>(host_layout.hosts.size());
-  // One host: the hot path goes through shared memory (csrc/engine/shared_memory.h).
+  // One host: the hot path goes through shared memory (csrc/backends/shm/shared_memory.h).
   bool one_host = global.size() > 1 && host_layout.hosts.size() == 1;
   if (one_host && engine->config_.shared_memory) {
     std::string why;
     bool single_copy = engine->config_.shared_memory_single_copy;
-    std::unique_ptr<Backend> shared = MakeSharedMemoryBackend(backend, pids, options, &single_copy, &why);
+    std::unique_ptr<Communicator> shared = MakeSharedMemoryBackend(backend, pids, options, &single_copy, &why);
     if (shared) {
       backend = std::move(shared);
       engine->shared_memory_ = true;
@@ -227,7 +227,7 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
                        << "through " << engine->backend_name_ << " instead.";
     }
   }
-  // Several hosts: the hierarchical collectives (csrc/engine/hierarchical.h), when asked for or
+  // Several hosts: the hierarchical collectives (csrc/backends/hierarchical/hierarchical.h), when asked for or
   // when autotune may switch them on. Their communicators cost a rendezvous and a segment per
   // host, so a job that can never use them does not build them.
   const bool may_tune_hierarchical =
@@ -857,14 +857,14 @@ void Engine::PerformAllreduce(ProcessSet& set, const Response& response, std::ve
   // shared-memory transport's single-copy path) and this rank has every tensor.
   if (response.type != ResponseType::ADASUM && response.prescale_factor == 1.0 &&
       std::none_of(entries.begin(), entries.end(), [](TensorTableEntry* e) { return e == nullptr; }) &&
-      set.backend->AllreducesPieces(count * static_cast<int64_t>(element_size), entries.size())) {
-    std::vector<AllreducePiece> pieces;
+      set.backend->SupportsPieces(count * static_cast<int64_t>(element_size), entries.size())) {
+    std::vector<Piece> pieces;
     pieces.reserve(entries.size());
     for (size_t i = 0; i < entries.size(); ++i) {
       pieces.push_back({entries[i]->input.data, entries[i]->output.data, response.tensor_sizes[i]});
     }
     activity_start(allreduce_activity_.c_str());
-    set.backend->AllreducePieces(pieces, dtype, op, postscale);
+    set.backend->AllreducePieces({std::move(pieces), dtype, op, postscale});
     activity_end();
     return;
   }
@@ -899,7 +899,7 @@ void Engine::PerformAllreduce(ProcessSet& set, const Response& response, std::ve
     // The global set's hierarchical path shows as its own activity in the timeline.
     const bool hierarchical = set.id == 0 && hierarchical_ && hierarchical_->allreduce.load(std::memory_order_relaxed);
     activity_start(hierarchical ? "HIERARCHICAL_ALLREDUCE" : allreduce_activity_.c_str());
-    set.backend->Allreduce(buffer, count, dtype, op);
+    set.backend->Allreduce({buffer, count, dtype, op});
   }
   activity_end();
   if (postscale != 1.0) Scale(buffer, count, dtype, postscale);
@@ -927,7 +927,7 @@ void Engine::PerformAllgather(ProcessSet& set, const Response& response, std::ve
       const bool hierarchical = set.id == 0 && hierarchical_ && hierarchical_->allgather.load(std::memory_order_relaxed);
       timeline_.ActivityStart(e.name, hierarchical ? "HIERARCHICAL_ALLGATHER" : Activity("ALLGATHER").c_str());
     }
-    set.backend->Allgatherv(e.input.data, output->data(), layout.bytes_per_rank);
+    set.backend->Allgather({e.input.data, output->data(), layout.bytes_per_rank});
     if (record) timeline_.ActivityEnd(e.name);
     outputs[t].push_back(std::move(output));
   }
@@ -943,7 +943,7 @@ void Engine::PerformBroadcast(ProcessSet& set, const Response& response, std::ve
       std::memcpy(e->output.data, e->input.data, e->input.num_bytes());
     }
     if (record) timeline_.ActivityStart(e->name, Activity("BCAST").c_str());
-    set.backend->Broadcast(e->output.data, static_cast<int64_t>(e->output.num_bytes()), root);
+    set.backend->Broadcast({e->output.data, static_cast<int64_t>(e->output.num_bytes()), root});
     if (record) timeline_.ActivityEnd(e->name);
   }
 }
@@ -957,7 +957,7 @@ void Engine::PerformAlltoall(ProcessSet& set, const Response& response, std::vec
   auto output = std::make_shared<OutputBuffer>(e.input.dtype, layout.shape);
   const bool record = timeline_.recording();
   if (record) timeline_.ActivityStart(e.name, Activity("ALLTOALL").c_str());
-  set.backend->Alltoallv(e.input.data, layout.send_bytes, output->data(), layout.recv_bytes);
+  set.backend->Alltoall({e.input.data, layout.send_bytes, output->data(), layout.recv_bytes});
   if (record) timeline_.ActivityEnd(e.name);
   outputs[0].push_back(std::move(output));
   outputs[0].push_back(std::move(layout.received_splits));
@@ -987,7 +987,7 @@ void Engine::PerformReducescatter(ProcessSet& set, const Response& response, std
     if (record) timeline_.ActivityEnd(e.name);
     if (response.prescale_factor != 1.0) Scale(buffer, count, dtype, response.prescale_factor);
     if (record) timeline_.ActivityStart(e.name, Activity("REDUCESCATTER").c_str());
-    set.backend->Reducescatter(buffer, count, counts, dtype, op);
+    set.backend->Reducescatter({buffer, count, counts, dtype, op});
     if (record) timeline_.ActivityEnd(e.name);
     char* mine = static_cast<char*>(buffer) + layout.offset * element_size;
     if (postscale != 1.0) Scale(mine, counts[me], dtype, postscale);

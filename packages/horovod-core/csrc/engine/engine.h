@@ -32,11 +32,11 @@
 #include <vector>
 
 #include "autotune/parameter_manager.h"
-#include "backend.h"
+#include "backends/communicator.h"
+#include "backends/nccl/gpu_ops.h"
 #include "config.h"
 #include "controller.h"
 #include "fusion.h"
-#include "gpu_ops.h"
 #include "store.h"
 #include "tensor_queue.h"
 #include "timeline.h"
@@ -79,12 +79,13 @@ struct ProcessSet {
   int32_t id = 0;
   std::vector<int> ranks;  // global ranks, sorted
   int set_rank = -1;       // this process's rank in the set; -1 when not a member
-  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Communicator> backend;
   std::unique_ptr<Controller> controller;
   TensorQueue queue;
-  // The NCCL communicator of the members, created by the first GPU operation on the set
-  // (background thread only).
-  std::unique_ptr<GpuCommunicator> gpu_communicator;
+  // The NCCL communicator of the members, created by the first GPU operation on the set, and the
+  // device it runs on (background thread only).
+  std::unique_ptr<Communicator> gpu_communicator;
+  int gpu_device = -1;
 };
 
 class Engine {
@@ -136,10 +137,10 @@ class Engine {
   // The parameters in force (autotune may change them; the same on every rank from the cycle
   // they were broadcast in).
   TunedParameters CurrentParameters();
-  // Whether the global set's collectives go through shared memory (csrc/engine/shared_memory.h).
+  // Whether the global set's collectives go through shared memory (csrc/backends/shm/shared_memory.h).
   bool shared_memory() const { return shared_memory_; }
   bool shared_memory_single_copy() const { return shared_memory_single_copy_; }
-  // Hierarchical collectives (csrc/engine/hierarchical.h): whether the global set has them (a
+  // Hierarchical collectives (csrc/backends/hierarchical/hierarchical.h): whether the global set has them (a
   // multi-host homogeneous job that asked for them or autotunes them), whether each is switched
   // on now, how many ran, and whether their steps within a host go through shared memory.
   struct HierarchicalStats {
@@ -177,7 +178,7 @@ class Engine {
   // or NCCL are thrown as GpuError.
   void PerformGpu(ProcessSet& set, const Response& response, std::vector<TensorTableEntry*>& entries,
                   std::vector<std::vector<std::shared_ptr<OutputBuffer>>>& outputs);
-  GpuCommunicator& Communicator(ProcessSet& set, int device);
+  Communicator& GpuCommunicator(ProcessSet& set, int device);
   // Autotune: puts `parameters` in force on this rank (every controller, the cycle time).
   void ApplyParameters(const TunedParameters& parameters);
   size_t CacheCapacity(const TunedParameters& parameters) const;

@@ -1,4 +1,4 @@
-// Execution of negotiated operations on GPU tensors, through the NCCL plugin (gpu_ops.h). The
+// Execution of negotiated operations on GPU tensors, through the NCCL plugin (backends/nccl/gpu_ops.h). The
 // negotiation, fusion and response cache are the CPU path's (engine.cc); only the data movement
 // differs: the fusion buffer is device memory, copies in and out are one batched kernel launch,
 // scaling is a kernel, and the collective is NCCL's, all on Horovod's stream of the device.
@@ -18,11 +18,11 @@ constexpr size_t kGpuAlignment = 16;
 
 }  // namespace
 
-GpuCommunicator& Engine::Communicator(ProcessSet& set, int device) {
+Communicator& Engine::GpuCommunicator(ProcessSet& set, int device) {
   if (set.gpu_communicator) {
-    if (set.gpu_communicator->device() != device) {
+    if (set.gpu_device != device) {
       throw GpuError("process set " + std::to_string(set.id) + " runs its GPU operations on device " +
-                     std::to_string(set.gpu_communicator->device()) + " of this rank, but a tensor is on device " +
+                     std::to_string(set.gpu_device) + " of this rank, but a tensor is on device " +
                      std::to_string(device) + "; Horovod uses one GPU per process (pin it with "
                      "torch.cuda.set_device(hvd.local_rank()))");
     }
@@ -31,8 +31,9 @@ GpuCommunicator& Engine::Communicator(ProcessSet& set, int device) {
   // Bootstrap through the control plane: the set's rank 0 makes the NCCL id and broadcasts it.
   std::vector<char> id;
   if (set.set_rank == 0) id = gpu_->UniqueId();
-  set.backend->Broadcast(id, 0);
+  set.backend->BroadcastBytes(id, 0);
   set.gpu_communicator = gpu_->CreateCommunicator(id, set.set_rank, static_cast<int>(set.ranks.size()), device);
+  set.gpu_device = device;
   return *set.gpu_communicator;
 }
 
@@ -68,9 +69,9 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
     }
     if (device < 0) {
       if (!set.gpu_communicator) throw GpuError("a joined rank has no GPU to contribute zeros from");
-      device = set.gpu_communicator->device();
+      device = set.gpu_device;
     }
-    GpuCommunicator& comm = Communicator(set, device);
+    Communicator& comm = GpuCommunicator(set, device);
     for (auto* e : entries) {
       if (e != nullptr) gpu.WaitEvent(device, e->ready_event);
     }
@@ -128,7 +129,7 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
         }
         if (response.prescale_factor != 1.0) gpu.Scale(device, buffer, count, dtype, response.prescale_factor);
         activity("NCCL_ALLREDUCE");
-        comm.Allreduce(buffer, count, dtype, op);
+        comm.Allreduce({buffer, count, dtype, op});
         if (postscale != 1.0) gpu.Scale(device, buffer, count, dtype, postscale);
         if (!direct) {
           activity("MEMCPY_OUT_FUSION_BUFFER");
@@ -150,7 +151,7 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
           const AllgatherLayout layout = MakeAllgatherLayout(response, t, e.input, size);
           auto output = std::make_shared<OutputBuffer>(e.input.dtype, layout.shape, device,
                                                        gpu.Allocate(device, static_cast<size_t>(layout.bytes)));
-          comm.Allgatherv(e.input.data, output->data(), layout.bytes_per_rank);
+          comm.Allgather({e.input.data, output->data(), layout.bytes_per_rank});
           outputs[t].push_back(std::move(output));
         }
         break;
@@ -163,7 +164,7 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
           if (e->output.data != e->input.data && me == root) {
             copy(device, {{e->input.data, e->output.data, e->input.num_bytes()}});
           }
-          comm.Broadcast(e->output.data, static_cast<int64_t>(e->output.num_bytes()), root);
+          comm.Broadcast({e->output.data, static_cast<int64_t>(e->output.num_bytes()), root});
         }
         break;
       }
@@ -174,7 +175,7 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
         AlltoallLayout layout = MakeAlltoallLayout(response, e.input, size, me);
         auto output = std::make_shared<OutputBuffer>(e.input.dtype, layout.shape, device,
                                                      gpu.Allocate(device, static_cast<size_t>(layout.bytes)));
-        comm.Alltoallv(e.input.data, layout.send_bytes, output->data(), layout.recv_bytes);
+        comm.Alltoall({e.input.data, layout.send_bytes, output->data(), layout.recv_bytes});
         outputs[0].push_back(std::move(output));
         outputs[0].push_back(std::move(layout.received_splits));
         break;
@@ -198,7 +199,7 @@ void Engine::PerformGpu(ProcessSet& set, const Response& response, std::vector<T
           copy(device, {{e.input.data, buffer, static_cast<size_t>(count) * element}});
           if (response.prescale_factor != 1.0) gpu.Scale(device, buffer, count, dtype, response.prescale_factor);
           activity("NCCL_REDUCESCATTER");
-          comm.Reducescatter(buffer, count, counts, dtype, op);
+          comm.Reducescatter({buffer, count, counts, dtype, op});
           char* mine = static_cast<char*>(buffer) + layout.offset * element;
           if (postscale != 1.0) gpu.Scale(device, mine, counts[me], dtype, postscale);
           const size_t out_bytes = static_cast<size_t>(counts[me]) * element;
