@@ -1,4 +1,4 @@
-"""Hierarchical allreduce and allgather across hosts (csrc/engine/hierarchical.h; spec core.md §7,
+"""Hierarchical allreduce and allgather across hosts (csrc/backends/hierarchical/hierarchical.h; spec core.md §7,
 HOROVOD_HIERARCHICAL_ALLREDUCE / HOROVOD_HIERARCHICAL_ALLGATHER).
 
 Several hosts are faked on this machine: run_ranks(hosts=...) gives each group of ranks its own

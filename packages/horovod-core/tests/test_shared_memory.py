@@ -1,4 +1,4 @@
-"""The shared-memory transport (csrc/engine/shared_memory.h), used by default when every rank is on
+"""The shared-memory transport (csrc/backends/shm/shared_memory.h), used by default when every rank is on
 one host: results against numpy references at np = 2, 3 and 4 for sizes around its internal
 boundaries (the 64 KiB whole-reduce limit, the 1 MiB slot, several pipelined slots, the 256 KiB
 pieces of the single-copy allreduce), every dtype, large allgathers and broadcasts, and negotiation

@@ -38,7 +38,7 @@ double Coefficient(double dot, double norm2) {
 
 }  // namespace
 
-void AdasumAllreduce(Backend& backend, void* buffer, int64_t count, DataType dtype) {
+void AdasumAllreduce(Communicator& backend, void* buffer, int64_t count, DataType dtype) {
   const int size = backend.size();
   const int rank = backend.rank();
   if (size == 1 || count == 0) return;
@@ -59,8 +59,8 @@ void AdasumAllreduce(Backend& backend, void* buffer, int64_t count, DataType dty
     const int64_t send_start = lower ? mid : start, send_end = lower ? end : mid;
     const int64_t n = keep_end - keep_start;
     received.resize(static_cast<size_t>(n) * element);
-    backend.SendRecv(data + send_start * element, (send_end - send_start) * static_cast<int64_t>(element),
-                     received.data(), n * static_cast<int64_t>(element), peer);
+    backend.SendRecv({data + send_start * element, (send_end - send_start) * static_cast<int64_t>(element),
+                      received.data(), n * static_cast<int64_t>(element), peer});
 
     // Partial dot(left, right), |left|², |right|² over this rank's half, where "left" is the
     // vector of the lower block of ranks.
@@ -78,7 +78,7 @@ void AdasumAllreduce(Backend& backend, void* buffer, int64_t count, DataType dty
     // Sum the partials over the block of 2 * distance ranks (recursive doubling inside it).
     for (int d = 1; d <= distance; d *= 2) {
       double theirs_sums[3];
-      backend.SendRecv(sums, sizeof(sums), theirs_sums, sizeof(theirs_sums), rank ^ d);
+      backend.SendRecv({sums, sizeof(sums), theirs_sums, sizeof(theirs_sums), rank ^ d});
       for (int k = 0; k < 3; ++k) sums[k] += theirs_sums[k];
     }
     const double left_coefficient = Coefficient(sums[0], sums[1]);
@@ -101,8 +101,8 @@ void AdasumAllreduce(Backend& backend, void* buffer, int64_t count, DataType dty
     const int64_t mid = outer_start + (outer_end - outer_start) / 2;
     const int64_t mine_start = lower ? outer_start : mid, mine_end = lower ? mid : outer_end;
     const int64_t theirs_start = lower ? mid : outer_start, theirs_end = lower ? outer_end : mid;
-    backend.SendRecv(data + mine_start * element, (mine_end - mine_start) * static_cast<int64_t>(element),
-                     data + theirs_start * element, (theirs_end - theirs_start) * static_cast<int64_t>(element), peer);
+    backend.SendRecv({data + mine_start * element, (mine_end - mine_start) * static_cast<int64_t>(element),
+                      data + theirs_start * element, (theirs_end - theirs_start) * static_cast<int64_t>(element), peer});
   }
 }
 

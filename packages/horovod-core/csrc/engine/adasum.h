@@ -12,13 +12,13 @@
 
 #include <cstdint>
 
-#include "backend.h"
+#include "backends/communicator.h"
 #include "common.h"
 
 namespace horovod {
 
 // Combines `buffer` (count elements of float16, float32 or float64) over every rank of `backend`
 // in place. The number of ranks must be a power of two (checked by the caller at enqueue).
-void AdasumAllreduce(Backend& backend, void* buffer, int64_t count, DataType dtype);
+void AdasumAllreduce(Communicator& backend, void* buffer, int64_t count, DataType dtype);
 
 }  // namespace horovod

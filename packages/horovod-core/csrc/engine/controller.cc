@@ -19,7 +19,7 @@ int64_t MicrosSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Controller::Controller(Backend& backend, std::vector<int> global_ranks, const Config& config, Timeline* timeline)
+Controller::Controller(Communicator& backend, std::vector<int> global_ranks, const Config& config, Timeline* timeline)
     : backend_(backend),
       global_ranks_(std::move(global_ranks)),
       config_(config),
@@ -128,7 +128,7 @@ ResponseList Controller::Negotiate(const RequestList& mine) {
   std::vector<std::vector<char>> gathered = backend_.Gatherv(Serialize(mine), root);
   std::vector<char> reply;
   if (backend_.rank() != root) {
-    backend_.Broadcast(reply, root);
+    backend_.BroadcastBytes(reply, root);
     return DeserializeResponseList(reply);
   }
   std::vector<RequestList> lists;
@@ -138,7 +138,7 @@ ResponseList Controller::Negotiate(const RequestList& mine) {
   list.parameters = std::move(outgoing_parameters_);
   outgoing_parameters_.reset();
   reply = Serialize(list);
-  backend_.Broadcast(reply, root);
+  backend_.BroadcastBytes(reply, root);
   return list;
 }
 

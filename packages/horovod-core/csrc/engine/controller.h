@@ -21,7 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend.h"
+#include "backends/communicator.h"
 #include "config.h"
 #include "message.h"
 #include "response_cache.h"
@@ -43,7 +43,7 @@ class Controller {
  public:
   // `global_ranks[i]` is the global rank of set rank i. `timeline` may be null (it records only on
   // global rank 0, which is the coordinator of every set it belongs to).
-  Controller(Backend& backend, std::vector<int> global_ranks, const Config& config, Timeline* timeline);
+  Controller(Communicator& backend, std::vector<int> global_ranks, const Config& config, Timeline* timeline);
 
   // Collective over the set: every member calls it once per cycle with the requests submitted
   // since the last call. Returns the ordered, fused responses to execute and the shutdown verdict.
@@ -73,7 +73,7 @@ class Controller {
   ResponseList Coordinate(std::vector<RequestList>& lists);
   Response BuildResponse(const std::string& name, std::vector<Request> requests);
 
-  Backend& backend_;
+  Communicator& backend_;
   std::vector<int> global_ranks_;
   const Config& config_;
   Timeline* timeline_;

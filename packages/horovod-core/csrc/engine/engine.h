@@ -102,10 +102,10 @@ class Engine {
   // The parameters in force (autotune may change them; the same on every rank from the cycle
   // they were broadcast in).
   TunedParameters CurrentParameters();
-  // Whether the global set's collectives go through shared memory (csrc/engine/shared_memory.h).
+  // Whether the global set's collectives go through shared memory (csrc/backends/shm/shared_memory.h).
   bool shared_memory() const { return stack_.shared_memory; }
   bool shared_memory_single_copy() const { return stack_.shared_memory_single_copy; }
-  // Hierarchical collectives (csrc/engine/hierarchical.h): whether the global set has them (a
+  // Hierarchical collectives (csrc/backends/hierarchical/hierarchical.h): whether the global set has them (a
   // multi-host homogeneous job that asked for them or autotunes them), whether each is switched
   // on now, how many ran, and whether their steps within a host go through shared memory.
   struct HierarchicalStats {

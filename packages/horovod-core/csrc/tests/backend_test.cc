@@ -1,4 +1,4 @@
-// The communicator interface itself (csrc/engine/backend.h), on Gloo over loopback and on the
+// The communicator interface itself (csrc/backends/communicator.h), on Gloo over loopback and on the
 // shared-memory transport wrapping it, with ranks as threads: the control-plane primitives the
 // controller negotiates with, and the edge cases of the data collectives (empty contributions,
 // uneven splits) that the engine-level tests reach less directly.
@@ -22,7 +22,7 @@ class Backends : public ::testing::TestWithParam<std::tuple<bool, int>> {
 
 TEST_P(Backends, ControlPlane) {
   const int n = size();
-  RunBackends(n, shared_memory(), [&](int rank, Backend& backend) {
+  RunBackends(n, shared_memory(), [&](int rank, Communicator& backend) {
     ASSERT_EQ(backend.rank(), rank);
     ASSERT_EQ(backend.size(), n);
     for (int root = 0; root < n; ++root) {
@@ -40,7 +40,7 @@ TEST_P(Backends, ControlPlane) {
       }
       std::vector<char> bytes;
       if (rank == root) bytes.assign(70000 + root, static_cast<char>(root));
-      backend.Broadcast(bytes, root);
+      backend.BroadcastBytes(bytes, root);
       EXPECT_EQ(bytes, std::vector<char>(70000 + root, static_cast<char>(root)));
     }
     // Bitwise AND: bit b of word w survives only where every rank set it.
@@ -58,12 +58,12 @@ TEST_P(Backends, ControlPlane) {
 
 TEST_P(Backends, AllgathervWithEmptyContributions) {
   const int n = size();
-  RunBackends(n, shared_memory(), [&](int rank, Backend& backend) {
+  RunBackends(n, shared_memory(), [&](int rank, Communicator& backend) {
     std::vector<int64_t> bytes_per_rank(n);
     for (int r = 0; r < n; ++r) bytes_per_rank[r] = r % 2 == 0 ? 0 : r * 333;
     std::vector<char> in(bytes_per_rank[rank], static_cast<char>(rank + 1));
     std::vector<char> out(std::accumulate(bytes_per_rank.begin(), bytes_per_rank.end(), int64_t{0}) + 1, 'x');
-    backend.Allgatherv(in.data(), out.data(), bytes_per_rank);
+    backend.Allgather({in.data(), out.data(), bytes_per_rank});
     size_t offset = 0;
     for (int r = 0; r < n; ++r) {
       for (int64_t i = 0; i < bytes_per_rank[r]; ++i, ++offset) ASSERT_EQ(out[offset], static_cast<char>(r + 1));
@@ -74,13 +74,13 @@ TEST_P(Backends, AllgathervWithEmptyContributions) {
 
 TEST_P(Backends, ReducescatterLeavesEachRankItsPart) {
   const int n = size();
-  RunBackends(n, shared_memory(), [&](int rank, Backend& backend) {
+  RunBackends(n, shared_memory(), [&](int rank, Communicator& backend) {
     for (int64_t count : {int64_t{1}, int64_t{10}, int64_t{100003}}) {
       std::vector<int64_t> counts(n, count / n);
       for (int r = 0; r < count % n; ++r) ++counts[r];
       std::vector<int32_t> buffer(count);
       for (int64_t i = 0; i < count; ++i) buffer[i] = static_cast<int32_t>(i % 1000 + rank);
-      backend.Reducescatter(buffer.data(), count, counts, DataType::INT32, ReduceOp::SUM);
+      backend.Reducescatter({buffer.data(), count, counts, DataType::INT32, ReduceOp::SUM});
       const int64_t first = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
       for (int64_t i = first; i < first + counts[rank]; ++i) {
         ASSERT_EQ(buffer[i], static_cast<int32_t>(n * (i % 1000) + n * (n - 1) / 2)) << "count " << count << " i " << i;
@@ -91,14 +91,14 @@ TEST_P(Backends, ReducescatterLeavesEachRankItsPart) {
 
 TEST_P(Backends, AlltoallvAndSendRecv) {
   const int n = size();
-  RunBackends(n, shared_memory(), [&](int rank, Backend& backend) {
+  RunBackends(n, shared_memory(), [&](int rank, Communicator& backend) {
     // Rank r sends r + to bytes (zero from rank 0 to itself) of value r*16+to.
     std::vector<int64_t> send(n), recv(n);
     for (int to = 0; to < n; ++to) send[to] = rank + to;
     for (int from = 0; from < n; ++from) recv[from] = from + rank;
     std::vector<char> in, out(std::accumulate(recv.begin(), recv.end(), int64_t{0}));
     for (int to = 0; to < n; ++to) in.insert(in.end(), send[to], static_cast<char>(rank * 16 + to));
-    backend.Alltoallv(in.data(), send, out.data(), recv);
+    backend.Alltoall({in.data(), send, out.data(), recv});
     size_t offset = 0;
     for (int from = 0; from < n; ++from) {
       for (int64_t i = 0; i < recv[from]; ++i, ++offset) ASSERT_EQ(out[offset], static_cast<char>(from * 16 + rank));
@@ -107,8 +107,8 @@ TEST_P(Backends, AlltoallvAndSendRecv) {
     const int peer = rank ^ 1;
     if (peer < n) {
       std::vector<char> mine(1000 + rank, static_cast<char>(rank)), theirs(1000 + peer);
-      backend.SendRecv(mine.data(), static_cast<int64_t>(mine.size()), theirs.data(),
-                       static_cast<int64_t>(theirs.size()), peer);
+      backend.SendRecv({mine.data(), static_cast<int64_t>(mine.size()), theirs.data(),
+                        static_cast<int64_t>(theirs.size()), peer});
       EXPECT_EQ(theirs, std::vector<char>(1000 + peer, static_cast<char>(peer)));
     }
     backend.Barrier();
@@ -119,7 +119,7 @@ TEST_P(Backends, AlltoallvAndSendRecv) {
 TEST_P(Backends, SplitMakesASubCommunicator) {
   const int n = size();
   auto store = std::make_shared<MemoryStore>();
-  RunBackends(n, shared_memory(), [&](int rank, Backend& backend) {
+  RunBackends(n, shared_memory(), [&](int rank, Communicator& backend) {
     std::vector<int> members;
     for (int r = 1; r < n; ++r) members.push_back(r);  // everyone but rank 0
     BackendOptions options;
@@ -129,7 +129,7 @@ TEST_P(Backends, SplitMakesASubCommunicator) {
     options.key_prefix = "split/";
     options.hostname = "127.0.0.1";
     options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(testing::kRankTimeout);
-    std::unique_ptr<Backend> sub = backend.Split(members, options);
+    std::unique_ptr<Communicator> sub = backend.Split(members, options);
     if (rank == 0) {
       EXPECT_EQ(sub, nullptr);
       return;
@@ -138,7 +138,7 @@ TEST_P(Backends, SplitMakesASubCommunicator) {
     EXPECT_EQ(sub->rank(), rank - 1);
     EXPECT_EQ(sub->size(), n - 1);
     std::vector<double> value{static_cast<double>(rank)};
-    sub->Allreduce(value.data(), 1, DataType::FLOAT64, ReduceOp::SUM);
+    sub->Allreduce({value.data(), 1, DataType::FLOAT64, ReduceOp::SUM});
     EXPECT_EQ(value[0], n * (n - 1) / 2.0);
   });
 }

@@ -21,7 +21,7 @@ std::vector<std::vector<ResponseList>> Negotiate(int size, const std::vector<std
                                                  std::vector<NegotiationStats>* stats = nullptr) {
   std::vector<std::vector<ResponseList>> lists(size);
   if (stats) stats->assign(size, NegotiationStats());
-  RunBackends(size, false, [&](int rank, Backend& backend) {
+  RunBackends(size, false, [&](int rank, Communicator& backend) {
     std::vector<int> ranks(size);
     for (int r = 0; r < size; ++r) ranks[r] = r;
     Controller controller(backend, ranks, config, nullptr);
@@ -225,7 +225,7 @@ TEST_P(Agreement, ResponseCacheFastPathAndInvalidation) {
 TEST_P(Agreement, ShutdownOfOneRankReachesEveryRank) {
   const int size = GetParam();
   std::vector<ResponseList> last(size);
-  RunBackends(size, false, [&](int rank, Backend& backend) {
+  RunBackends(size, false, [&](int rank, Communicator& backend) {
     std::vector<int> ranks(size);
     for (int r = 0; r < size; ++r) ranks[r] = r;
     Config config;

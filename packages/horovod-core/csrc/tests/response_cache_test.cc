@@ -120,17 +120,6 @@ TEST(ResponseCache, CapacityZeroCachesNothing) {
   EXPECT_EQ(cache.num_bits(), 0u);
 }
 
-TEST(ResponseCache, CacheableTypes) {
-  for (OpType t : {OpType::ALLREDUCE, OpType::ADASUM, OpType::ALLGATHER, OpType::BROADCAST,
-                        OpType::ALLTOALL, OpType::REDUCESCATTER}) {
-    EXPECT_TRUE(ResponseCache::Cacheable(t)) << OpTypeName(t);
-  }
-  for (OpType t : {OpType::JOIN, OpType::BARRIER, OpType::ADD_PROCESS_SET,
-                        OpType::REMOVE_PROCESS_SET}) {
-    EXPECT_FALSE(ResponseCache::Cacheable(t)) << OpTypeName(t);
-  }
-}
-
 // Ranks apply the same Put/Touch/Erase sequence, each with its own requests (a rank that did not
 // submit a tensor caches it without one): every name must sit at the same bit everywhere.
 TEST(ResponseCache, BitPositionsAgreeAcrossRanks) {

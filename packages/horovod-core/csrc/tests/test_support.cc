@@ -9,8 +9,8 @@
 
 #include <unistd.h>
 
+#include "backends/shm/shared_memory.h"
 #include "engine/config.h"
-#include "engine/shared_memory.h"
 
 namespace horovod::testing {
 
@@ -34,7 +34,7 @@ void RunRanks(int size, const std::function<void(int rank)>& fn) {
   }
 }
 
-void RunBackends(int size, bool shared_memory, const std::function<void(int rank, Backend& backend)>& fn) {
+void RunBackends(int size, bool shared_memory, const std::function<void(int rank, Communicator& backend)>& fn) {
   auto store = std::make_shared<MemoryStore>();
   RunRanks(size, [&](int rank) {
     BackendOptions options;
@@ -44,13 +44,13 @@ void RunBackends(int size, bool shared_memory, const std::function<void(int rank
     options.key_prefix = "test/";
     options.hostname = "127.0.0.1";
     options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(kRankTimeout);
-    std::unique_ptr<Backend> backend = BackendRegistry::Create("gloo", options);
+    std::unique_ptr<Communicator> backend = BackendRegistry::Create("gloo", options);
     if (shared_memory) {
       // Every rank is a thread of this process: one pid for all.
       std::vector<int64_t> pids(size, static_cast<int64_t>(::getpid()));
       bool single_copy = true;
       std::string why;
-      std::unique_ptr<Backend> shared = MakeSharedMemoryBackend(backend, pids, options, &single_copy, &why);
+      std::unique_ptr<Communicator> shared = MakeSharedMemoryBackend(backend, pids, options, &single_copy, &why);
       if (!shared) throw std::runtime_error("shared memory transport not created: " + why);
       backend = std::move(shared);
     }

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
+#include "backends/communicator.h"
 #include "engine/common.h"
 #include "engine/engine.h"
 #include "engine/message.h"
@@ -40,7 +40,7 @@ void RunRanks(int size, const std::function<void(int rank)>& fn);
 // Creates, on every rank's thread, a Gloo communicator of `size` ranks over loopback (and, with
 // `shared_memory`, the shared-memory transport wrapping it), then runs fn(rank, backend), then
 // a barrier (so that every rank keeps its communicator until all are done).
-void RunBackends(int size, bool shared_memory, const std::function<void(int rank, Backend& backend)>& fn);
+void RunBackends(int size, bool shared_memory, const std::function<void(int rank, Communicator& backend)>& fn);
 
 // N engines started by N threads (Engine::Start is collective), configured from `env` (HOROVOD_*
 // variables through the knob table, as a launched process would be) plus the topology of one

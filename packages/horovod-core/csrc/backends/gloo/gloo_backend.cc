@@ -16,7 +16,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "engine/backend.h"
+#include "backends/communicator.h"
 #include "engine/reduction.h"
 
 namespace horovod {
@@ -61,13 +61,13 @@ void SetReduce(gloo::AllreduceOptions& opts, T* buffer, int64_t count, DataType 
   });
 }
 
-class GlooBackend : public Backend {
+class GlooBackend : public Communicator {
  public:
   explicit GlooBackend(const BackendOptions& options) : GlooBackend(options, nullptr) {}
 
   // `device` is shared by the communicators of one engine (the process sets); null: create one.
   GlooBackend(const BackendOptions& options, std::shared_ptr<gloo::transport::Device> device)
-      : Backend(options), timeout_(options.timeout), device_(std::move(device)) {
+      : Communicator(options.rank, options.size), timeout_(options.timeout), device_(std::move(device)) {
     if (!device_) {
       gloo::transport::tcp::attr attr;
       if (!options.iface.empty()) {
@@ -146,14 +146,102 @@ class GlooBackend : public Backend {
     }
   }
 
-  void Broadcast(std::vector<char>& data, int root) override {
+  void BroadcastBytes(std::vector<char>& data, int root) override {
     int64_t n = static_cast<int64_t>(data.size());
-    Broadcast(&n, sizeof(n), root);
+    BroadcastRaw(&n, sizeof(n), root);
     data.resize(n);
-    if (n > 0) Broadcast(data.data(), n, root);
+    if (n > 0) BroadcastRaw(data.data(), n, root);
   }
 
-  void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
+  void Allreduce(const AllreduceOptions& options) override {
+    AllreduceRaw(options.buffer, options.count, options.dtype, options.op);
+  }
+
+  void Allgather(const AllgatherOptions& options) override {
+    const std::vector<int64_t>& bytes_per_rank = options.bytes_per_rank;
+    const void* input = options.input;
+    void* output = options.output;
+    if (size_ == 1) {
+      if (bytes_per_rank[0] > 0) std::memcpy(output, input, bytes_per_rank[0]);
+      return;
+    }
+    std::vector<size_t> counts(bytes_per_rank.begin(), bytes_per_rank.end());
+    size_t total = 0;
+    for (size_t c : counts) total += c;
+    if (total == 0) return;
+    gloo::AllgathervOptions opts(context_);
+    opts.setTimeout(timeout_);
+    // Gloo wants a non-null input even for an empty contribution.
+    char dummy = 0;
+    opts.setInput(counts[rank_] ? static_cast<char*>(const_cast<void*>(input)) : &dummy, counts[rank_]);
+    opts.setOutput(static_cast<char*>(output), counts);
+    gloo::allgatherv(opts);
+  }
+
+  void Broadcast(const BroadcastOptions& options) override { BroadcastRaw(options.buffer, options.bytes, options.root); }
+
+  void Alltoall(const AlltoallOptions& options) override {
+    const void* input = options.input;
+    void* output = options.output;
+    const std::vector<int64_t>& send_bytes = options.send_bytes;
+    const std::vector<int64_t>& recv_bytes = options.recv_bytes;
+    int64_t total_send = 0, total_recv = 0;
+    for (int64_t b : send_bytes) total_send += b;
+    for (int64_t b : recv_bytes) total_recv += b;
+    if (size_ == 1) {
+      if (total_send > 0) std::memcpy(output, input, send_bytes[0]);
+      return;
+    }
+    // Gloo wants real buffers even where nothing moves.
+    char dummy_in = 0, dummy_out = 0;
+    gloo::AlltoallvOptions opts(context_);
+    opts.setTimeout(timeout_);
+    opts.setInput(total_send ? static_cast<char*>(const_cast<void*>(input)) : &dummy_in, send_bytes);
+    opts.setOutput(total_recv ? static_cast<char*>(output) : &dummy_out, recv_bytes);
+    gloo::alltoallv(opts);
+  }
+
+  // Gloo has no reduce-scatter of its own: a full allreduce, which leaves every rank's part (and
+  // the rest) reduced.
+  void Reducescatter(const ReducescatterOptions& options) override {
+    AllreduceRaw(options.buffer, options.count, options.dtype, options.op);
+  }
+
+  std::unique_ptr<Communicator> Split(const std::vector<int>& ranks, const BackendOptions& options) override {
+    auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it == ranks.end()) return nullptr;
+    BackendOptions child = options;
+    child.rank = static_cast<int>(it - ranks.begin());
+    child.size = static_cast<int>(ranks.size());
+    return std::make_unique<GlooBackend>(child, device_);
+  }
+
+  void SendRecv(const SendRecvOptions& options) override {
+    const int peer = options.peer;
+    const int64_t send_bytes = options.send_bytes, recv_bytes = options.recv_bytes;
+    auto slot = gloo::Slot::build(kPeerSlotPrefix, 0);
+    std::unique_ptr<gloo::transport::UnboundBuffer> out, in;
+    if (recv_bytes > 0) {
+      in = context_->createUnboundBuffer(options.recv, static_cast<size_t>(recv_bytes));
+      in->recv(peer, slot);
+    }
+    if (send_bytes > 0) {
+      out = context_->createUnboundBuffer(const_cast<void*>(options.send), static_cast<size_t>(send_bytes));
+      out->send(peer, slot);
+    }
+    if (out && !out->waitSend(timeout_)) throw std::runtime_error("timed out sending to rank " + std::to_string(peer));
+    if (in && !in->waitRecv(timeout_)) throw std::runtime_error("timed out receiving from rank " + std::to_string(peer));
+  }
+
+  void Barrier() override {
+    if (size_ == 1) return;
+    gloo::BarrierOptions opts(context_);
+    opts.setTimeout(timeout_);
+    gloo::barrier(opts);
+  }
+
+ private:
+  void AllreduceRaw(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
     if (size_ == 1 || count == 0) return;
     const size_t bytes = static_cast<size_t>(count) * DataTypeSize(dtype);
     if (bytes * (size_ - 1) <= kSmallAllreduceBytes) {
@@ -172,25 +260,7 @@ class GlooBackend : public Backend {
     gloo::allreduce(opts);
   }
 
-  void Allgatherv(const void* input, void* output, const std::vector<int64_t>& bytes_per_rank) override {
-    if (size_ == 1) {
-      if (bytes_per_rank[0] > 0) std::memcpy(output, input, bytes_per_rank[0]);
-      return;
-    }
-    std::vector<size_t> counts(bytes_per_rank.begin(), bytes_per_rank.end());
-    size_t total = 0;
-    for (size_t c : counts) total += c;
-    if (total == 0) return;
-    gloo::AllgathervOptions opts(context_);
-    opts.setTimeout(timeout_);
-    // Gloo wants a non-null input even for an empty contribution.
-    char dummy = 0;
-    opts.setInput(counts[rank_] ? static_cast<char*>(const_cast<void*>(input)) : &dummy, counts[rank_]);
-    opts.setOutput(static_cast<char*>(output), counts);
-    gloo::allgatherv(opts);
-  }
-
-  void Broadcast(void* buffer, int64_t num_bytes, int root) override {
+  void BroadcastRaw(void* buffer, int64_t num_bytes, int root) {
     if (size_ == 1 || num_bytes == 0) return;
     gloo::BroadcastOptions opts(context_);
     opts.setTimeout(timeout_);
@@ -199,56 +269,6 @@ class GlooBackend : public Backend {
     gloo::broadcast(opts);
   }
 
-  void Alltoallv(const void* input, const std::vector<int64_t>& send_bytes, void* output,
-                 const std::vector<int64_t>& recv_bytes) override {
-    int64_t total_send = 0, total_recv = 0;
-    for (int64_t b : send_bytes) total_send += b;
-    for (int64_t b : recv_bytes) total_recv += b;
-    if (size_ == 1) {
-      if (total_send > 0) std::memcpy(output, input, send_bytes[0]);
-      return;
-    }
-    // Gloo wants real buffers even where nothing moves.
-    char dummy_in = 0, dummy_out = 0;
-    gloo::AlltoallvOptions opts(context_);
-    opts.setTimeout(timeout_);
-    opts.setInput(total_send ? static_cast<char*>(const_cast<void*>(input)) : &dummy_in, send_bytes);
-    opts.setOutput(total_recv ? static_cast<char*>(output) : &dummy_out, recv_bytes);
-    gloo::alltoallv(opts);
-  }
-
-  std::unique_ptr<Backend> Split(const std::vector<int>& ranks, const BackendOptions& options) override {
-    auto it = std::find(ranks.begin(), ranks.end(), rank_);
-    if (it == ranks.end()) return nullptr;
-    BackendOptions child = options;
-    child.rank = static_cast<int>(it - ranks.begin());
-    child.size = static_cast<int>(ranks.size());
-    return std::make_unique<GlooBackend>(child, device_);
-  }
-
-  void SendRecv(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes, int peer) override {
-    auto slot = gloo::Slot::build(kPeerSlotPrefix, 0);
-    std::unique_ptr<gloo::transport::UnboundBuffer> out, in;
-    if (recv_bytes > 0) {
-      in = context_->createUnboundBuffer(recv, static_cast<size_t>(recv_bytes));
-      in->recv(peer, slot);
-    }
-    if (send_bytes > 0) {
-      out = context_->createUnboundBuffer(const_cast<void*>(send), static_cast<size_t>(send_bytes));
-      out->send(peer, slot);
-    }
-    if (out && !out->waitSend(timeout_)) throw std::runtime_error("timed out sending to rank " + std::to_string(peer));
-    if (in && !in->waitRecv(timeout_)) throw std::runtime_error("timed out receiving from rank " + std::to_string(peer));
-  }
-
-  void Barrier() override {
-    if (size_ == 1) return;
-    gloo::BarrierOptions opts(context_);
-    opts.setTimeout(timeout_);
-    gloo::barrier(opts);
-  }
-
- private:
   // Gather to rank 0, reduce there in rank order, broadcast the result.
   void SmallAllreduce(void* buffer, int64_t count, size_t bytes, DataType dtype, ReduceOp op) {
     std::vector<char> all(rank_ == 0 ? bytes * size_ : 0);
@@ -261,7 +281,7 @@ class GlooBackend : public Backend {
     if (rank_ == 0) {
       for (int r = 1; r < size_; ++r) Reduce(buffer, buffer, all.data() + r * bytes, count, dtype, op);
     }
-    Broadcast(buffer, static_cast<int64_t>(bytes), 0);
+    BroadcastRaw(buffer, static_cast<int64_t>(bytes), 0);
   }
 
   std::chrono::milliseconds timeout_;

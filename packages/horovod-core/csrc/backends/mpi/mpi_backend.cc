@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
+#include "backends/communicator.h"
 #include "engine/reduction.h"
 
 namespace horovod {
@@ -122,10 +122,10 @@ std::vector<int> IntCounts(const std::vector<int64_t>& counts, std::vector<int>*
   return out;
 }
 
-class MpiBackend : public Backend {
+class MpiBackend : public Communicator {
  public:
   // Takes ownership of `comm` (a duplicate made for Horovod).
-  MpiBackend(const BackendOptions& options, MPI_Comm comm) : Backend(options), comm_(comm) {
+  MpiBackend(const BackendOptions& options, MPI_Comm comm) : Communicator(options.rank, options.size), comm_(comm) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -183,7 +183,7 @@ class MpiBackend : public Backend {
     return result;
   }
 
-  void Broadcast(std::vector<char>& data, int root) override {
+  void BroadcastBytes(std::vector<char>& data, int root) override {
     int64_t n = static_cast<int64_t>(data.size());
     MPI_Request request;
     Check(MPI_Ibcast(&n, 1, MPI_INT64_T, root, comm_, &request), "MPI_Ibcast");
@@ -204,7 +204,7 @@ class MpiBackend : public Backend {
     Wait(&request, "MPI_Iallreduce");
   }
 
-  std::unique_ptr<Backend> Split(const std::vector<int>& ranks, const BackendOptions& options) override {
+  std::unique_ptr<Communicator> Split(const std::vector<int>& ranks, const BackendOptions& options) override {
     bool member = false;
     for (int r : ranks) member = member || r == rank_;
     MPI_Comm sub;
@@ -213,39 +213,45 @@ class MpiBackend : public Backend {
     return std::make_unique<MpiBackend>(options, sub);
   }
 
-  void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
+  void Allreduce(const AllreduceOptions& options) override {
+    const int64_t count = options.count;
     if (size_ == 1 || count == 0) return;
     if (count > INT32_MAX) throw std::runtime_error("MPI backend: allreduce of more than 2^31 elements");
-    Check(MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), ToMpi(dtype), ToMpi(dtype, op), comm_),
+    Check(MPI_Allreduce(MPI_IN_PLACE, options.buffer, static_cast<int>(count), ToMpi(options.dtype),
+                        ToMpi(options.dtype, options.op), comm_),
           "MPI_Allreduce");
   }
 
-  void Allgatherv(const void* input, void* output, const std::vector<int64_t>& bytes_per_rank) override {
+  void Allgather(const AllgatherOptions& options) override {
     std::vector<int> displacements;
-    std::vector<int> counts = IntCounts(bytes_per_rank, &displacements);
-    Check(MPI_Allgatherv(input, counts[rank_], MPI_BYTE, output, counts.data(), displacements.data(), MPI_BYTE, comm_),
+    std::vector<int> counts = IntCounts(options.bytes_per_rank, &displacements);
+    Check(MPI_Allgatherv(options.input, counts[rank_], MPI_BYTE, options.output, counts.data(), displacements.data(),
+                         MPI_BYTE, comm_),
           "MPI_Allgatherv");
   }
 
-  void Broadcast(void* buffer, int64_t num_bytes, int root) override {
+  void Broadcast(const BroadcastOptions& options) override {
+    const int64_t num_bytes = options.bytes;
     if (size_ == 1 || num_bytes == 0) return;
     if (num_bytes > INT32_MAX) throw std::runtime_error("MPI backend: broadcast larger than 2 GiB");
-    Check(MPI_Bcast(buffer, static_cast<int>(num_bytes), MPI_BYTE, root, comm_), "MPI_Bcast");
+    Check(MPI_Bcast(options.buffer, static_cast<int>(num_bytes), MPI_BYTE, options.root, comm_), "MPI_Bcast");
   }
 
-  void Alltoallv(const void* input, const std::vector<int64_t>& send_bytes, void* output,
-                 const std::vector<int64_t>& recv_bytes) override {
+  void Alltoall(const AlltoallOptions& options) override {
     std::vector<int> send_displacements, recv_displacements;
-    std::vector<int> send_counts = IntCounts(send_bytes, &send_displacements);
-    std::vector<int> recv_counts = IntCounts(recv_bytes, &recv_displacements);
-    Check(MPI_Alltoallv(input, send_counts.data(), send_displacements.data(), MPI_BYTE, output, recv_counts.data(),
-                        recv_displacements.data(), MPI_BYTE, comm_),
+    std::vector<int> send_counts = IntCounts(options.send_bytes, &send_displacements);
+    std::vector<int> recv_counts = IntCounts(options.recv_bytes, &recv_displacements);
+    Check(MPI_Alltoallv(options.input, send_counts.data(), send_displacements.data(), MPI_BYTE, options.output,
+                        recv_counts.data(), recv_displacements.data(), MPI_BYTE, comm_),
           "MPI_Alltoallv");
   }
 
-  void Reducescatter(void* buffer, int64_t count, const std::vector<int64_t>& counts, DataType dtype,
-                     ReduceOp op) override {
-    if (size_ == 1 || count == 0) return;
+  void Reducescatter(const ReducescatterOptions& options) override {
+    void* buffer = options.buffer;
+    const std::vector<int64_t>& counts = options.counts;
+    const DataType dtype = options.dtype;
+    const ReduceOp op = options.op;
+    if (size_ == 1 || options.count == 0) return;
     std::vector<int> displacements;
     std::vector<int> int_counts = IntCounts(counts, &displacements);
     const size_t element = DataTypeSize(dtype);
@@ -258,9 +264,9 @@ class MpiBackend : public Backend {
 
   void Barrier() override { Check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
-  void SendRecv(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes, int peer) override {
-    Check(MPI_Sendrecv(send, static_cast<int>(send_bytes), MPI_BYTE, peer, 0x68, recv, static_cast<int>(recv_bytes),
-                       MPI_BYTE, peer, 0x68, comm_, MPI_STATUS_IGNORE),
+  void SendRecv(const SendRecvOptions& options) override {
+    Check(MPI_Sendrecv(options.send, static_cast<int>(options.send_bytes), MPI_BYTE, options.peer, 0x68, options.recv,
+                       static_cast<int>(options.recv_bytes), MPI_BYTE, options.peer, 0x68, comm_, MPI_STATUS_IGNORE),
           "MPI_Sendrecv");
   }
 
@@ -278,7 +284,7 @@ extern "C" {
 // creates the backend over a duplicate of the communicator: `options->mpi_comm` when non-zero (an
 // mpi4py handle), the group of `options->mpi_ranks` of MPI_COMM_WORLD when given, else
 // MPI_COMM_WORLD. Returns nullptr and sets *error on failure.
-__attribute__((visibility("default"))) horovod::Backend* horovod_mpi_create_backend(
+__attribute__((visibility("default"))) horovod::Communicator* horovod_mpi_create_backend(
     const horovod::BackendOptions* options, std::string* error) {
   using namespace horovod;
   try {

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "engine/common.h"
-#include "engine/gpu_ops.h"
+#include "backends/nccl/gpu_ops.h"
 
 namespace horovod {
 namespace gpu {

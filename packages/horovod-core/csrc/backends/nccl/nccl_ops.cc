@@ -1,4 +1,4 @@
-// The NCCL plugin (_nccl_ops.so): implements GpuOps (csrc/engine/gpu_ops.h) with the CUDA runtime
+// The NCCL plugin (_nccl_ops.so): implements GpuOps (gpu_ops.h) and its communicator with the CUDA runtime
 // (linked statically) and NCCL (libnccl.so.2, found through this library's RUNPATH). The core
 // loads it with dlopen and calls horovod_nccl_create_ops once per process.
 #include <cuda_runtime.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/gpu_ops.h"
+#include "backends/nccl/gpu_ops.h"
 #include "gpu_kernels.h"
 
 namespace horovod {
@@ -96,24 +96,30 @@ struct DeviceState {
 
 class NcclOps;
 
-class NcclCommunicator : public GpuCommunicator {
+// The data collectives of one process set's members on their devices, enqueued on Horovod's stream;
+// the control-plane operations keep Communicator's defaults (unsupported).
+class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int size, int device, cudaStream_t stream)
-      : comm_(comm), rank_(rank), size_(size), device_(device), stream_(stream) {}
+      : Communicator(rank, size), comm_(comm), device_(device), stream_(stream) {}
   ~NcclCommunicator() override {
     DeviceGuard guard(device_);
     ncclCommDestroy(comm_);
   }
-  int device() const override { return device_; }
+  const char* name() const override { return "nccl"; }
 
-  void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
+  void Allreduce(const AllreduceOptions& options) override {
     DeviceGuard guard(device_);
-    Check(ncclAllReduce(buffer, buffer, static_cast<size_t>(count), ToNccl(dtype), ToNccl(op), comm_, stream_),
+    Check(ncclAllReduce(options.buffer, options.buffer, static_cast<size_t>(options.count), ToNccl(options.dtype),
+                        ToNccl(options.op), comm_, stream_),
           "ncclAllReduce");
   }
 
-  void Allgatherv(const void* input, void* output, const std::vector<int64_t>& bytes_per_rank) override {
+  void Allgather(const AllgatherOptions& options) override {
     DeviceGuard guard(device_);
+    const void* input = options.input;
+    void* output = options.output;
+    const std::vector<int64_t>& bytes_per_rank = options.bytes_per_rank;
     bool equal = true;
     for (int64_t b : bytes_per_rank) equal = equal && b == bytes_per_rank[0];
     if (equal) {
@@ -134,17 +140,19 @@ class NcclCommunicator : public GpuCommunicator {
     Check(ncclGroupEnd(), "ncclGroupEnd");
   }
 
-  void Broadcast(void* buffer, int64_t num_bytes, int root) override {
+  void Broadcast(const BroadcastOptions& options) override {
     DeviceGuard guard(device_);
-    Check(ncclBroadcast(buffer, buffer, static_cast<size_t>(num_bytes), ncclUint8, root, comm_, stream_),
+    Check(ncclBroadcast(options.buffer, options.buffer, static_cast<size_t>(options.bytes), ncclUint8, options.root,
+                        comm_, stream_),
           "ncclBroadcast");
   }
 
-  void Alltoallv(const void* input, const std::vector<int64_t>& send_bytes, void* output,
-                 const std::vector<int64_t>& recv_bytes) override {
+  void Alltoall(const AlltoallOptions& options) override {
     DeviceGuard guard(device_);
-    const char* in = static_cast<const char*>(input);
-    char* out = static_cast<char*>(output);
+    const std::vector<int64_t>& send_bytes = options.send_bytes;
+    const std::vector<int64_t>& recv_bytes = options.recv_bytes;
+    const char* in = static_cast<const char*>(options.input);
+    char* out = static_cast<char*>(options.output);
     Check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < size_; ++r) {
       if (send_bytes[r] > 0) {
@@ -159,13 +167,15 @@ class NcclCommunicator : public GpuCommunicator {
     Check(ncclGroupEnd(), "ncclGroupEnd");
   }
 
-  void Reducescatter(void* buffer, int64_t count, const std::vector<int64_t>& counts, DataType dtype,
-                     ReduceOp op) override {
+  void Reducescatter(const ReducescatterOptions& options) override {
     DeviceGuard guard(device_);
+    const std::vector<int64_t>& counts = options.counts;
+    const DataType dtype = options.dtype;
+    const ReduceOp op = options.op;
     bool equal = true;
     for (int64_t c : counts) equal = equal && c == counts[0];
     const size_t element = DataTypeSize(dtype);
-    char* data = static_cast<char*>(buffer);
+    char* data = static_cast<char*>(options.buffer);
     if (equal && counts[0] > 0) {
       // In place: NCCL's receive buffer may be the sender's own block.
       Check(ncclReduceScatter(data, data + rank_ * counts[0] * element, static_cast<size_t>(counts[0]), ToNccl(dtype),
@@ -185,13 +195,10 @@ class NcclCommunicator : public GpuCommunicator {
       offset += counts[r];
     }
     Check(ncclGroupEnd(), "ncclGroupEnd");
-    (void)count;
   }
 
  private:
   ncclComm_t comm_;
-  int rank_;
-  int size_;
   int device_;
   cudaStream_t stream_;
 };
@@ -286,8 +293,8 @@ class NcclOps : public GpuOps {
     return std::vector<char>(id.internal, id.internal + sizeof(id.internal));
   }
 
-  std::unique_ptr<GpuCommunicator> CreateCommunicator(const std::vector<char>& unique_id, int rank, int size,
-                                                      int device) override {
+  std::unique_ptr<Communicator> CreateCommunicator(const std::vector<char>& unique_id, int rank, int size,
+                                                   int device) override {
     ncclUniqueId id;
     if (unique_id.size() != sizeof(id.internal)) {
       throw std::runtime_error("NCCL unique id of " + std::to_string(unique_id.size()) + " bytes, expected " +

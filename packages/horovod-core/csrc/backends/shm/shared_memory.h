@@ -1,11 +1,12 @@
 // The shared-memory transport: collectives between ranks on one host through a POSIX shared
 // memory segment, instead of loopback TCP (Gloo) or the MPI library.
 //
-// SharedMemoryBackend wraps the backend the job was started with (its "inner" backend) and takes
-// over the operations of the hot path: the response cache's bitwise AND, the coordinator's
-// gather and broadcast, allreduce, allgather, broadcast and barrier. Everything else (alltoall,
-// reducescatter, point-to-point for Adasum, creating the communicators of other process sets)
-// goes to the inner backend, which also stays the job's identity (its name, its topology).
+// SharedMemoryBackend wraps the communicator the job was started with (its "inner" communicator),
+// as a ForwardingCommunicator, and takes over the operations of the hot path: the response cache's
+// bitwise AND, the coordinator's gather and broadcast, allreduce, allgather, broadcast and
+// barrier. Everything else (alltoall, reducescatter, point-to-point for Adasum, creating the
+// communicators of other process sets) is forwarded to the inner communicator, which also stays
+// the job's identity (its name, its topology, its timeline activities).
 //
 // Large allreduces, where the kernel allows it, read the peers' buffers directly with
 // process_vm_readv (cross-memory attach, as MPI libraries do on one host): each rank reduces its
@@ -32,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
+#include "backends/communicator.h"
 
 namespace horovod {
 
@@ -41,7 +42,8 @@ namespace horovod {
 // Returns nullptr on every rank, with the reason in *why, when any rank failed to attach (no
 // /dev/shm, not enough space): the caller then keeps using `inner`. *single_copy: whether to try
 // process_vm_readv for large allreduces; on return, whether every rank can use it.
-std::unique_ptr<Backend> MakeSharedMemoryBackend(std::unique_ptr<Backend>& inner, const std::vector<int64_t>& pids,
-                                                 const BackendOptions& options, bool* single_copy, std::string* why);
+std::unique_ptr<Communicator> MakeSharedMemoryBackend(std::unique_ptr<Communicator>& inner,
+                                                      const std::vector<int64_t>& pids, const BackendOptions& options,
+                                                      bool* single_copy, std::string* why);
 
 }  // namespace horovod

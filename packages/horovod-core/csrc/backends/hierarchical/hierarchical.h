@@ -13,13 +13,14 @@
 // rank on every host (the cross communicator), then the gathered blocks among the ranks of each
 // host, and finally puts the blocks in global rank order.
 //
-// HierarchicalBackend wraps the job's global backend and owns the local and cross communicators.
-// It takes over Allreduce and Allgatherv while their switches are on; everything else (the
-// controller's control plane, broadcast, alltoall, reducescatter, Adasum's point-to-point, and
-// Split for other process sets) goes to the global backend, which stays the job's identity. The
-// switches are plain flags, flipped by the engine from the parameters in force (autotune changes
-// them on every rank at the same point of the operation sequence), so turning the path off costs
-// nothing but a branch.
+// HierarchicalBackend wraps the job's global communicator (a ForwardingCommunicator) and owns the
+// local and cross communicators. It takes over Allreduce and Allgather while their switches are on
+// (and then names their timeline activities HIERARCHICAL_ALLREDUCE, HIERARCHICAL_ALLGATHER);
+// everything else (the controller's control plane, broadcast, alltoall, reducescatter, Adasum's
+// point-to-point, and Split for other process sets) is forwarded to the global communicator, which
+// stays the job's identity. The switches are plain flags, flipped by the engine from the
+// parameters in force (autotune changes them on every rank at the same point of the operation
+// sequence), so turning the path off costs nothing but a branch.
 #pragma once
 
 #include <atomic>
@@ -28,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
+#include "backends/communicator.h"
 
 namespace horovod {
 
@@ -54,7 +55,7 @@ struct HierarchicalState {
   bool local_shared_memory = false;    // the steps within a host go through shared memory
 };
 
-class HierarchicalBackend : public Backend {
+class HierarchicalBackend : public ForwardingCommunicator {
  public:
   // Collective over `global`: creates the local communicator of this rank's host (a
   // SharedMemoryBackend over it when `shared_memory` and every local rank can attach; `pids[r]` is
@@ -63,50 +64,31 @@ class HierarchicalBackend : public Backend {
   // host, and the same on every rank. Takes ownership of `global`. Throws std::exception when a
   // communicator cannot be created.
   // `state`: the switches (read at every call) and counters; local_shared_memory is set here.
-  HierarchicalBackend(std::unique_ptr<Backend> global, const HostLayout& layout, const std::vector<int64_t>& pids,
+  HierarchicalBackend(std::unique_ptr<Communicator> global, const HostLayout& layout, const std::vector<int64_t>& pids,
                       const BackendOptions& options, bool shared_memory, bool single_copy,
                       std::shared_ptr<HierarchicalState> state);
 
-  const char* name() const override { return global_->name(); }
-  bool Topology(int* local_rank, int* local_size, int* cross_rank, int* cross_size) override {
-    return global_->Topology(local_rank, local_size, cross_rank, cross_size);
-  }
-  bool threads_supported() const override { return global_->threads_supported(); }
-
-  std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) override {
-    return global_->Gatherv(data, root);
-  }
-  void Broadcast(std::vector<char>& data, int root) override { global_->Broadcast(data, root); }
-  void AllreduceBitsAnd(std::vector<uint64_t>& words) override { global_->AllreduceBitsAnd(words); }
-  std::unique_ptr<Backend> Split(const std::vector<int>& ranks, const BackendOptions& options) override {
-    return global_->Split(ranks, options);
-  }
-  void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
-  void Allgatherv(const void* input, void* output, const std::vector<int64_t>& bytes_per_rank) override;
-  void Broadcast(void* buffer, int64_t num_bytes, int root) override { global_->Broadcast(buffer, num_bytes, root); }
-  void Alltoallv(const void* input, const std::vector<int64_t>& send_bytes, void* output,
-                 const std::vector<int64_t>& recv_bytes) override {
-    global_->Alltoallv(input, send_bytes, output, recv_bytes);
-  }
-  void Reducescatter(void* buffer, int64_t count, const std::vector<int64_t>& counts, DataType dtype,
-                     ReduceOp op) override {
-    global_->Reducescatter(buffer, count, counts, dtype, op);
-  }
-  void Barrier() override { global_->Barrier(); }
-  void SendRecv(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes, int peer) override {
-    global_->SendRecv(send, send_bytes, recv, recv_bytes, peer);
-  }
+  // "ALLREDUCE" and "ALLGATHER" are HIERARCHICAL_ALLREDUCE and HIERARCHICAL_ALLGATHER while their
+  // switch is on; everything else is the global communicator's activity.
+  std::string Activity(const char* op) const override;
+  // The fused allreduce without a fusion buffer is not offered: this backend's own Allreduce is
+  // the one that must run.
+  bool SupportsPieces(int64_t, size_t) const override { return false; }
+  void Allreduce(const AllreduceOptions& options) override;
+  void Allgather(const AllgatherOptions& options) override;
 
  private:
-  std::unique_ptr<Backend> global_;
+  // The global communicator (ForwardingCommunicator's inner one).
+  Communicator& global() const { return inner(); }
+
   HostLayout layout_;
   int local_size_ = 1;
   // Ranks of this host (null when each host has one rank: step 1 and 3 are then no-ops).
-  std::unique_ptr<Backend> local_;
+  std::unique_ptr<Communicator> local_;
   // Ranks with this rank's local rank, one per host (owned unless it is the global backend itself,
   // which it is when each host has one rank).
-  std::unique_ptr<Backend> cross_owned_;
-  Backend* cross_ = nullptr;
+  std::unique_ptr<Communicator> cross_owned_;
+  Communicator* cross_ = nullptr;
   // cross_groups_[l][c]: global rank of member c of the cross communicator of local rank l.
   std::vector<std::vector<int>> cross_groups_;
   std::shared_ptr<HierarchicalState> state_;

@@ -1,8 +1,8 @@
-#include "gpu_ops.h"
-
-#include <dlfcn.h>
+#include "backends/nccl/gpu_ops.h"
 
 #include <mutex>
+
+#include "backends/plugin_loader.h"
 
 namespace horovod {
 
@@ -31,32 +31,28 @@ struct GpuPlugin {
   std::string error;
 };
 
-// Loads _nccl_ops.so from the folder of this module and creates its GpuOps. RTLD_LOCAL: nothing
-// else in the process should bind to the CUDA runtime linked into it.
+// Loads _nccl_ops.so from the folder of the core module (plugin_loader.h) and creates its GpuOps.
+// RTLD_LOCAL: nothing else in the process should bind to the CUDA runtime linked into it.
 void Load(GpuPlugin& plugin) {
   if (HOROVOD_NCCL_VERSION_CODE == 0) {
     plugin.error = std::string("this build of Horovod has no NCCL support (") + HOROVOD_NCCL_NOT_BUILT +
                    "); reinstall it with HOROVOD_GPU_OPERATIONS=NCCL to use GPU tensors";
     return;
   }
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&NcclVersionBuilt), &info) == 0 || info.dli_fname == nullptr) {
-    plugin.error = "cannot locate the Horovod core module";
-    return;
-  }
-  std::string dir(info.dli_fname);
-  std::string path = dir.substr(0, dir.rfind('/') + 1) + "_nccl_ops.so";
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* why = dlerror();
-    plugin.error = std::string("the NCCL plugin of this build of Horovod cannot be loaded (") + (why ? why : path) +
+  PluginOpen opened = OpenPlugin("_nccl_ops.so", /*global=*/false);
+  if (opened.handle == nullptr) {
+    if (opened.path.empty()) {  // the core module itself could not be located
+      plugin.error = opened.error;
+      return;
+    }
+    plugin.error = "the NCCL plugin of this build of Horovod cannot be loaded (" + opened.error +
                    "); it needs libnccl.so.2 (built against " + HOROVOD_NCCL_LIBRARY +
                    "; `pip install nvidia-nccl-cu13` provides it) and a CUDA driver (libcuda.so.1)";
     return;
   }
-  auto create = reinterpret_cast<CreateGpuOps>(dlsym(handle, "horovod_nccl_create_ops"));
+  auto create = PluginFunction<CreateGpuOps>(opened.handle, "horovod_nccl_create_ops");
   if (create == nullptr) {
-    plugin.error = path + " lacks the Horovod NCCL entry point";
+    plugin.error = opened.path + " lacks the Horovod NCCL entry point";
     return;
   }
   plugin.ops = create(&plugin.error);

@@ -1,6 +1,6 @@
 // The engine's view of GPU support: an abstract interface implemented by the NCCL plugin
-// (_nccl_ops.so beside the core, csrc/backends/nccl/), which the core loads with dlopen the first
-// time a GPU tensor is submitted. The core itself never links CUDA or NCCL, and nothing here is
+// (_nccl_ops.so beside the core, nccl_ops.cc in this folder), which the core loads with dlopen
+// (backends/plugin_loader.h) the first time a GPU tensor is submitted. The core itself never links CUDA or NCCL, and nothing here is
 // touched for CPU tensors.
 //
 // Streams. Every call that enqueues GPU work does so on Horovod's own stream for the device (one
@@ -22,7 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "common.h"
+#include "backends/communicator.h"
+#include "engine/common.h"
 
 namespace horovod {
 
@@ -39,24 +40,6 @@ struct GpuCopy {
   const void* src;
   void* dst;
   size_t bytes;
-};
-
-// An NCCL communicator over the members of one process set, each rank on its own device. All
-// calls run on the engine's background thread, in the same order on every member; counts and byte
-// counts are as in Backend (backend.h). Buffers are device memory of device().
-class GpuCommunicator {
- public:
-  virtual ~GpuCommunicator() = default;
-  virtual int device() const = 0;
-  virtual void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
-  virtual void Allgatherv(const void* input, void* output, const std::vector<int64_t>& bytes_per_rank) = 0;
-  virtual void Broadcast(void* buffer, int64_t num_bytes, int root) = 0;
-  virtual void Alltoallv(const void* input, const std::vector<int64_t>& send_bytes, void* output,
-                         const std::vector<int64_t>& recv_bytes) = 0;
-  // Afterwards elements [sum(counts[0..rank)), + counts[rank]) of `buffer` hold this rank's part
-  // of the reduction (the rest is unspecified).
-  virtual void Reducescatter(void* buffer, int64_t count, const std::vector<int64_t>& counts, DataType dtype,
-                             ReduceOp op) = 0;
 };
 
 class GpuOps {
@@ -88,9 +71,14 @@ class GpuOps {
   virtual void Scale(int device, void* data, int64_t count, DataType dtype, double factor) = 0;
   // ncclGetUniqueId, as bytes to broadcast over the control plane.
   virtual std::vector<char> UniqueId() = 0;
-  // ncclCommInitRank: collective over the members, which all pass the bytes of one UniqueId.
-  virtual std::unique_ptr<GpuCommunicator> CreateCommunicator(const std::vector<char>& unique_id, int rank, int size,
-                                                               int device) = 0;
+  // ncclCommInitRank: collective over the members, which all pass the bytes of one UniqueId. The
+  // communicator (named "nccl", communicator.h) serves the members, each rank on its own device:
+  // all calls run on the engine's background thread, in the same order on every member, on
+  // buffers in memory of `device` (the caller keeps track of which), enqueued on Horovod's stream
+  // of it. It implements Allreduce, Allgather, Broadcast, Alltoall and Reducescatter; everything
+  // else (the control plane stays the CPU communicator's) throws UnsupportedError.
+  virtual std::unique_ptr<Communicator> CreateCommunicator(const std::vector<char>& unique_id, int rank, int size,
+                                                           int device) = 0;
   // Destroys the streams, events and fusion buffers (communicators belong to their owners).
   virtual void Release() = 0;
 };

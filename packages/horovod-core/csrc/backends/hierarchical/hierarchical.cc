@@ -1,22 +1,15 @@
-#include "hierarchical.h"
+#include "backends/hierarchical/hierarchical.h"
 
 #include <algorithm>
 #include <cstring>
 #include <map>
 
-#include "logging.h"
-#include "shared_memory.h"
+#include "backends/shm/shared_memory.h"
+#include "engine/logging.h"
 
 namespace horovod {
 
 namespace {
-
-BackendOptions OptionsOf(const Backend& global) {
-  BackendOptions options;
-  options.rank = global.rank();
-  options.size = global.size();
-  return options;
-}
 
 // Element counts of the L shards of `count` elements: the first count % L shards get one more.
 std::vector<int64_t> ShardCounts(int64_t count, int parts) {
@@ -43,11 +36,11 @@ HostLayout GroupByHost(const std::vector<std::string>& host_of_rank, int rank) {
   return layout;
 }
 
-HierarchicalBackend::HierarchicalBackend(std::unique_ptr<Backend> global, const HostLayout& layout,
+HierarchicalBackend::HierarchicalBackend(std::unique_ptr<Communicator> global, const HostLayout& layout,
                                          const std::vector<int64_t>& pids, const BackendOptions& options,
                                          bool shared_memory, bool single_copy,
                                          std::shared_ptr<HierarchicalState> state)
-    : Backend(OptionsOf(*global)), global_(std::move(global)), layout_(layout), state_(std::move(state)) {
+    : ForwardingCommunicator(std::move(global)), layout_(layout), state_(std::move(state)) {
   local_size_ = static_cast<int>(layout_.hosts[0].size());
   const int num_hosts = static_cast<int>(layout_.hosts.size());
   cross_groups_.assign(local_size_, {});
@@ -62,13 +55,13 @@ HierarchicalBackend::HierarchicalBackend(std::unique_ptr<Backend> global, const 
     for (int h = 0; h < num_hosts; ++h) {
       BackendOptions child = options;
       child.key_prefix = options.key_prefix + "hier.local" + std::to_string(h) + ".";
-      std::unique_ptr<Backend> comm = global_->Split(layout_.hosts[h], child);
+      std::unique_ptr<Communicator> comm = inner().Split(layout_.hosts[h], child);
       if (h == layout_.host) local_ = std::move(comm);
     }
     for (int l = 0; l < local_size_; ++l) {
       BackendOptions child = options;
       child.key_prefix = options.key_prefix + "hier.cross" + std::to_string(l) + ".";
-      std::unique_ptr<Backend> comm = global_->Split(cross_groups_[l], child);
+      std::unique_ptr<Communicator> comm = inner().Split(cross_groups_[l], child);
       if (l == layout_.local_rank) cross_owned_ = std::move(comm);
     }
     if (!local_ || !cross_owned_) throw std::logic_error("hierarchical: this rank is missing from its own groups");
@@ -77,30 +70,41 @@ HierarchicalBackend::HierarchicalBackend(std::unique_ptr<Backend> global, const 
       std::vector<int64_t> local_pids;
       for (int r : layout_.hosts[layout_.host]) local_pids.push_back(pids[r]);
       std::string why;
-      std::unique_ptr<Backend> shared = MakeSharedMemoryBackend(local_, local_pids, options, &single_copy, &why);
+      std::unique_ptr<Communicator> shared = MakeSharedMemoryBackend(local_, local_pids, options, &single_copy, &why);
       if (shared) {
         local_ = std::move(shared);
         state_->local_shared_memory = true;
       } else {
         HVD_LOG(WARNING) << "Horovod could not set up shared memory between the ranks of this host (" << why
-                         << "); the hierarchical collectives' steps within the host go through " << global_->name()
+                         << "); the hierarchical collectives' steps within the host go through " << inner().name()
                          << " instead.";
       }
     }
   } else {
     // One rank per host: the cross communicator of local rank 0 is every rank.
-    cross_ = global_.get();
+    cross_ = &inner();
   }
 }
 
-void HierarchicalBackend::Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
+std::string HierarchicalBackend::Activity(const char* op) const {
+  const std::string name(op);
+  if (name == "ALLREDUCE" && state_->allreduce.load(std::memory_order_relaxed)) return "HIERARCHICAL_ALLREDUCE";
+  if (name == "ALLGATHER" && state_->allgather.load(std::memory_order_relaxed)) return "HIERARCHICAL_ALLGATHER";
+  return global().Activity(op);
+}
+
+void HierarchicalBackend::Allreduce(const AllreduceOptions& options) {
+  void* buffer = options.buffer;
+  const int64_t count = options.count;
+  const DataType dtype = options.dtype;
+  const ReduceOp op = options.op;
   if (!state_->allreduce.load(std::memory_order_relaxed) || count == 0) {
-    global_->Allreduce(buffer, count, dtype, op);
+    global().Allreduce(options);
     return;
   }
   state_->allreduces.fetch_add(1, std::memory_order_relaxed);
   if (!local_) {
-    cross_->Allreduce(buffer, count, dtype, op);
+    cross_->Allreduce(options);
     return;
   }
   const size_t element = DataTypeSize(dtype);
@@ -114,25 +118,27 @@ void HierarchicalBackend::Allreduce(void* buffer, int64_t count, DataType dtype,
   //    fall back to its inner backend's, over loopback TCP), and its allreduce already splits the
   //    reduction among the ranks: use that. Other backends reduce-scatter.
   if (state_->local_shared_memory) {
-    local_->Allreduce(buffer, count, dtype, op);
+    local_->Allreduce(options);
   } else {
-    local_->Reducescatter(buffer, count, counts, dtype, op);
+    local_->Reducescatter({buffer, count, counts, dtype, op});
   }
   // 2. Across hosts, shard by shard in parallel (each rank's cross communicator holds one rank
   //    per host, all with the same shard).
-  cross_->Allreduce(shard, counts[me], dtype, op);
+  cross_->Allreduce({shard, counts[me], dtype, op});
   // 3. Within the host again: everyone gets every shard. The shard is copied out first, so that
   //    the gather's input never overlaps its output.
   shard_.resize(shard_bytes);
   if (shard_bytes > 0) std::memcpy(shard_.data(), shard, shard_bytes);
   std::vector<int64_t> bytes(counts.size());
   for (size_t l = 0; l < counts.size(); ++l) bytes[l] = counts[l] * static_cast<int64_t>(element);
-  local_->Allgatherv(shard_.data(), buffer, bytes);
+  local_->Allgather({shard_.data(), buffer, std::move(bytes)});
 }
 
-void HierarchicalBackend::Allgatherv(const void* input, void* output, const std::vector<int64_t>& bytes_per_rank) {
+void HierarchicalBackend::Allgather(const AllgatherOptions& options) {
+  const void* input = options.input;
+  const std::vector<int64_t>& bytes_per_rank = options.bytes_per_rank;
   if (!state_->allgather.load(std::memory_order_relaxed)) {
-    global_->Allgatherv(input, output, bytes_per_rank);
+    global().Allgather(options);
     return;
   }
   state_->allgathers.fetch_add(1, std::memory_order_relaxed);
@@ -154,17 +160,17 @@ void HierarchicalBackend::Allgatherv(const void* input, void* output, const std:
   std::vector<int64_t> cross_bytes;
   for (int r : cross_groups_[me]) cross_bytes.push_back(bytes_per_rank[r]);
   if (!local_) {
-    cross_->Allgatherv(input, blocks_.data(), cross_bytes);
+    cross_->Allgather({input, blocks_.data(), std::move(cross_bytes)});
   } else {
     // The gathered group goes to a separate buffer first: step 2's input must not overlap its
     // output.
     group_.resize(static_cast<size_t>(group_bytes[me]) + 1);
-    cross_->Allgatherv(input, group_.data(), cross_bytes);
+    cross_->Allgather({input, group_.data(), std::move(cross_bytes)});
     // 2. Within the host: every local rank's group.
-    local_->Allgatherv(group_.data(), blocks_.data(), group_bytes);
+    local_->Allgather({group_.data(), blocks_.data(), group_bytes});
   }
   // 3. Global rank order.
-  char* out = static_cast<char*>(output);
+  char* out = static_cast<char*>(options.output);
   for (int l = 0; l < local_size_; ++l) {
     int64_t cursor = group_offset[l];
     for (int r : cross_groups_[l]) {

@@ -1,17 +1,37 @@
-#include "backend.h"
+// The communicator's defaults (every operation unsupported unless the transport says otherwise),
+// the forwarding base class, and the backend registry with the loading of the MPI plugin.
+#include "backends/communicator.h"
 
-#include <dlfcn.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <stdexcept>
 #include <mutex>
+#include <stdexcept>
+
+#include "backends/plugin_loader.h"
 
 namespace horovod {
 
-void Backend::AllreduceBitsAnd(std::vector<uint64_t>& words) {
+// ---- Communicator ----
+
+std::string Communicator::Activity(const char* op) const {
+  std::string activity = name();
+  for (char& c : activity) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return activity + "_" + op;
+}
+
+void Communicator::Unsupported(const char* what) const {
+  throw UnsupportedError(std::string("backend ") + name() + " does not support " + what);
+}
+
+std::vector<std::vector<char>> Communicator::Gatherv(const std::vector<char>&, int) { Unsupported("gatherv"); }
+
+void Communicator::BroadcastBytes(std::vector<char>&, int) { Unsupported("broadcast of control messages"); }
+
+void Communicator::AllreduceBitsAnd(std::vector<uint64_t>& words) {
   if (size_ == 1) return;
   std::vector<char> mine(words.size() * sizeof(uint64_t));
   std::memcpy(mine.data(), words.data(), mine.size());
@@ -29,28 +49,47 @@ void Backend::AllreduceBitsAnd(std::vector<uint64_t>& words) {
     result.resize(mine.size());
     std::memcpy(result.data(), words.data(), result.size());
   }
-  Broadcast(result, 0);
+  BroadcastBytes(result, 0);
   std::memcpy(words.data(), result.data(), result.size());
 }
 
-void Backend::Reducescatter(void* buffer, int64_t count, const std::vector<int64_t>&, DataType dtype, ReduceOp op) {
-  Allreduce(buffer, count, dtype, op);
+std::unique_ptr<Communicator> Communicator::Split(const std::vector<int>&, const BackendOptions&) {
+  Unsupported("split");
 }
 
-void Backend::AllreducePieces(const std::vector<AllreducePiece>&, DataType, ReduceOp, double) {
-  throw std::logic_error(std::string("the ") + name() + " backend has no allreduce of separate tensors");
+void Communicator::Allreduce(const AllreduceOptions&) { Unsupported("allreduce"); }
+
+void Communicator::AllreducePieces(const AllreducePiecesOptions&) {
+  Unsupported("allreduce of separate tensors");
 }
+
+void Communicator::Allgather(const AllgatherOptions&) { Unsupported("allgather"); }
+
+void Communicator::Broadcast(const BroadcastOptions&) { Unsupported("broadcast"); }
+
+void Communicator::Alltoall(const AlltoallOptions&) { Unsupported("alltoall"); }
+
+void Communicator::Reducescatter(const ReducescatterOptions&) { Unsupported("reducescatter"); }
+
+void Communicator::Barrier() { Unsupported("barrier"); }
+
+void Communicator::SendRecv(const SendRecvOptions&) { Unsupported("send/receive"); }
+
+// ---- ForwardingCommunicator ----
+
+ForwardingCommunicator::ForwardingCommunicator(std::unique_ptr<Communicator> inner)
+    : Communicator(inner->rank(), inner->size()), inner_(std::move(inner)) {}
+
+// ---- BackendRegistry ----
 
 namespace {
+
 std::map<std::string, BackendFactory>& Factories() {
   static std::map<std::string, BackendFactory> factories;
   return factories;
 }
-}  // namespace
 
-namespace {
-
-using MpiCreate = Backend* (*)(const BackendOptions*, std::string*);
+using MpiCreate = Communicator* (*)(const BackendOptions*, std::string*);
 using MpiFinalize = void (*)();
 
 struct MpiPlugin {
@@ -125,17 +164,17 @@ bool PreloadMpiLibrary(const std::string& core_dir, std::string* error) {
       // ranks, a process started otherwise needs it too. <prefix>/lib/libmpi.so -> <prefix>.
       setenv("OPAL_PREFIX", Parent(Parent(path)).c_str(), /*overwrite=*/0);
     }
-    if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr) return true;
-    const char* why = dlerror();
-    tried += (tried.empty() ? "" : "; ") + (why ? std::string(why) : path + ": cannot be loaded");
+    std::string why;
+    if (OpenLibrary(path, /*global=*/true, &why) != nullptr) return true;
+    tried += (tried.empty() ? "" : "; ") + why;
   }
   *error = std::string("its MPI backend was built against ") + HOROVOD_MPI_DESCRIPTION + ", whose libmpi could not "
            "be loaded (tried " + tried + ")";
   return false;
 }
 
-// Loads _mpi_backend.so from the folder of this module. RTLD_GLOBAL: Open MPI's own components
-// look up libmpi's symbols globally.
+// Loads _mpi_backend.so from the folder of the core module (plugin_loader.h), after its libmpi.
+// RTLD_GLOBAL: Open MPI's own components look up libmpi's symbols globally.
 MpiPlugin& LoadMpiPlugin() {
   MpiPlugin& plugin = Plugin();
   std::call_once(plugin.once, [&plugin] {
@@ -143,28 +182,21 @@ MpiPlugin& LoadMpiPlugin() {
       plugin.error = std::string("this build of Horovod was built without MPI (") + HOROVOD_MPI_NOT_BUILT + ")";
       return;
     }
-    Dl_info info;
-    if (dladdr(reinterpret_cast<void*>(&LoadMpiPlugin), &info) == 0 || info.dli_fname == nullptr) {
-      plugin.error = "cannot locate the Horovod core module";
-      return;
-    }
-    std::string dir(info.dli_fname);
-    dir = dir.substr(0, dir.rfind('/') + 1);
-    std::string path = dir + "_mpi_backend.so";
-    if (!PreloadMpiLibrary(dir.substr(0, dir.size() - 1), &plugin.error)) return;
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
-    if (handle == nullptr) {
-      const char* why = dlerror();
-      plugin.error = std::string("this build of Horovod has no usable MPI backend (") + (why ? why : path) + ")";
+    std::string core_dir;
+    if (!CoreModuleFolder(&core_dir, &plugin.error)) return;
+    if (!PreloadMpiLibrary(core_dir, &plugin.error)) return;
+    PluginOpen opened = OpenPlugin("_mpi_backend.so", /*global=*/true);
+    if (opened.handle == nullptr) {
+      plugin.error = "this build of Horovod has no usable MPI backend (" + opened.error + ")";
       if (std::string(HOROVOD_MPI_DESCRIPTION).size() > 0) {
         plugin.error += std::string("; it was built against ") + HOROVOD_MPI_DESCRIPTION;
       }
       return;
     }
-    plugin.create = reinterpret_cast<MpiCreate>(dlsym(handle, "horovod_mpi_create_backend"));
-    plugin.finalize = reinterpret_cast<MpiFinalize>(dlsym(handle, "horovod_mpi_finalize"));
+    plugin.create = PluginFunction<MpiCreate>(opened.handle, "horovod_mpi_create_backend");
+    plugin.finalize = PluginFunction<MpiFinalize>(opened.handle, "horovod_mpi_finalize");
     if (plugin.create == nullptr || plugin.finalize == nullptr) {
-      plugin.error = path + " lacks the Horovod MPI entry points";
+      plugin.error = opened.path + " lacks the Horovod MPI entry points";
       plugin.create = nullptr;
     }
   });
@@ -200,7 +232,7 @@ std::vector<std::string> BackendRegistry::Names() {
   return names;
 }
 
-std::unique_ptr<Backend> BackendRegistry::Create(const std::string& name, const BackendOptions& options) {
+std::unique_ptr<Communicator> BackendRegistry::Create(const std::string& name, const BackendOptions& options) {
   if (name == "mpi") {
     MpiPlugin& plugin = LoadMpiPlugin();
     if (plugin.create == nullptr) {
@@ -208,9 +240,9 @@ std::unique_ptr<Backend> BackendRegistry::Create(const std::string& name, const 
                                                   "an mpirun launch) but " + plugin.error + "."));
     }
     std::string error;
-    Backend* backend = plugin.create(&options, &error);
-    if (backend == nullptr) throw std::runtime_error("MPI backend: " + error);
-    return std::unique_ptr<Backend>(backend);
+    Communicator* communicator = plugin.create(&options, &error);
+    if (communicator == nullptr) throw std::runtime_error("MPI backend: " + error);
+    return std::unique_ptr<Communicator>(communicator);
   }
   auto it = Factories().find(name);
   if (it == Factories().end()) {

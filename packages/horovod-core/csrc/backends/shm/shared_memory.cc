@@ -1,4 +1,4 @@
-#include "shared_memory.h"
+#include "backends/shm/shared_memory.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -23,8 +23,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "logging.h"
-#include "reduction.h"
+#include "engine/logging.h"
+#include "engine/reduction.h"
 
 namespace horovod {
 
@@ -77,12 +77,11 @@ long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 // Whether counter value `now` has reached `target` (modulo 2^32).
 bool Reached(uint32_t now, uint32_t target) { return static_cast<int32_t>(now - target) >= 0; }
 
-class SharedMemoryBackend : public Backend {
+class SharedMemoryBackend : public ForwardingCommunicator {
  public:
-  SharedMemoryBackend(std::unique_ptr<Backend> inner, void* base, size_t bytes, std::vector<int64_t> pids,
+  SharedMemoryBackend(std::unique_ptr<Communicator> inner, void* base, size_t bytes, std::vector<int64_t> pids,
                       std::chrono::milliseconds timeout)
-      : Backend(BackendOptionsOf(*inner)),
-        inner_(std::move(inner)),
+      : ForwardingCommunicator(std::move(inner)),
         base_(static_cast<char*>(base)),
         bytes_(bytes),
         pids_(std::move(pids)),
@@ -103,19 +102,13 @@ class SharedMemoryBackend : public Backend {
     munmap(base_, bytes_);
   }
 
-  const char* name() const override { return inner_->name(); }
-  bool Topology(int* local_rank, int* local_size, int* cross_rank, int* cross_size) override {
-    return inner_->Topology(local_rank, local_size, cross_rank, cross_size);
-  }
-  bool threads_supported() const override { return inner_->threads_supported(); }
-
   std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) override {
     std::vector<std::vector<char>> out(size_);
     ExchangeBytes(data, [&](int) { return rank_ == root; }, [&](int r) -> std::vector<char>& { return out[r]; });
     return out;
   }
 
-  void Broadcast(std::vector<char>& data, int root) override {
+  void BroadcastBytes(std::vector<char>& data, int root) override {
     static const std::vector<char> kNothing;
     std::vector<char> received;
     ExchangeBytes(rank_ == root ? data : kNothing, [&](int r) { return r == root && rank_ != root; },
@@ -136,10 +129,6 @@ class SharedMemoryBackend : public Backend {
         for (int64_t i = 0; i < n; ++i) words[offset + i] &= theirs[i];
       }
     }
-  }
-
-  std::unique_ptr<Backend> Split(const std::vector<int>& ranks, const BackendOptions& options) override {
-    return inner_->Split(ranks, options);
   }
 
   // Collective: whether every rank can read every other rank's memory (process_vm_readv); on
@@ -173,9 +162,13 @@ class SharedMemoryBackend : public Backend {
     return single_copy_;
   }
 
-  void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override {
+  void Allreduce(const AllreduceOptions& options) override {
+    void* buffer = options.buffer;
+    const int64_t count = options.count;
+    const DataType dtype = options.dtype;
+    const ReduceOp op = options.op;
     const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
-    if (AllreducesPieces(count * element, 1)) return AllreducePieces({{buffer, buffer, count}}, dtype, op, 1.0);
+    if (SupportsPieces(count * element, 1)) return AllreducePieces({{{buffer, buffer, count}}, dtype, op, 1.0});
     const int64_t per_step = kSlotBytes / element;
     char* out = static_cast<char*>(buffer);
     for (int64_t offset = 0; offset < count; offset += per_step) {
@@ -209,15 +202,16 @@ class SharedMemoryBackend : public Backend {
     }
   }
 
-  void Allgatherv(const void* input, void* output, const std::vector<int64_t>& bytes_per_rank) override {
+  void Allgather(const AllgatherOptions& options) override {
+    const std::vector<int64_t>& bytes_per_rank = options.bytes_per_rank;
     int64_t longest = 0;
     std::vector<int64_t> offsets(size_ + 1, 0);
     for (int r = 0; r < size_; ++r) {
       longest = std::max(longest, bytes_per_rank[r]);
       offsets[r + 1] = offsets[r] + bytes_per_rank[r];
     }
-    const char* in = static_cast<const char*>(input);
-    char* out = static_cast<char*>(output);
+    const char* in = static_cast<const char*>(options.input);
+    char* out = static_cast<char*>(options.output);
     for (int64_t done = 0; done < longest; done += kSlotBytes) {
       const int64_t mine = std::clamp<int64_t>(bytes_per_rank[rank_] - done, 0, kSlotBytes);
       if (mine > 0) std::memcpy(Slot(rank_), in + done, static_cast<size_t>(mine));
@@ -229,8 +223,10 @@ class SharedMemoryBackend : public Backend {
     }
   }
 
-  void Broadcast(void* buffer, int64_t num_bytes, int root) override {
-    char* data = static_cast<char*>(buffer);
+  void Broadcast(const BroadcastOptions& options) override {
+    const int64_t num_bytes = options.bytes;
+    const int root = options.root;
+    char* data = static_cast<char*>(options.buffer);
     for (int64_t done = 0; done < num_bytes; done += kSlotBytes) {
       const int64_t n = std::min(kSlotBytes, num_bytes - done);
       if (rank_ == root) std::memcpy(Slot(rank_), data + done, static_cast<size_t>(n));
@@ -239,26 +235,9 @@ class SharedMemoryBackend : public Backend {
     }
   }
 
-  void Alltoallv(const void* input, const std::vector<int64_t>& send_bytes, void* output,
-                 const std::vector<int64_t>& recv_bytes) override {
-    inner_->Alltoallv(input, send_bytes, output, recv_bytes);
-  }
-  void Reducescatter(void* buffer, int64_t count, const std::vector<int64_t>& counts, DataType dtype,
-                     ReduceOp op) override {
-    inner_->Reducescatter(buffer, count, counts, dtype, op);
-  }
   void Barrier() override { Step(); }
-  void SendRecv(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes, int peer) override {
-    inner_->SendRecv(send, send_bytes, recv, recv_bytes, peer);
-  }
 
  private:
-  static BackendOptions BackendOptionsOf(const Backend& inner) {
-    BackendOptions options;
-    options.rank = inner.rank();
-    options.size = inner.size();
-    return options;
-  }
 
   // Share of rank r in an operation over n elements of `element` bytes: [Bound(r), Bound(r + 1)),
   // boundaries aligned to 64 bytes.
@@ -274,8 +253,11 @@ class SharedMemoryBackend : public Backend {
   // were negotiated), so a range of elements splits into the same runs of bytes on every rank. The
   // last step keeps every rank's memory unchanged until no rank reads it any more. An in-place
   // piece is safe: during the fold a rank writes only its own share, which no peer reads then.
-  void AllreducePieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
-                       double postscale) override {
+  void AllreducePieces(const AllreducePiecesOptions& options) override {
+    const std::vector<Piece>& pieces = options.pieces;
+    const DataType dtype = options.dtype;
+    const ReduceOp op = options.op;
+    const double postscale = options.scale;
     const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
     const size_t np = pieces.size();
     starts_.assign(np + 1, 0);
@@ -338,7 +320,7 @@ class SharedMemoryBackend : public Backend {
     Step();
   }
 
-  bool AllreducesPieces(int64_t bytes, size_t num_pieces) const override {
+  bool SupportsPieces(int64_t bytes, size_t num_pieces) const override {
     // Small groups are cheaper through the segment (no system calls); the addresses must fit a slot.
     return single_copy_ && bytes > kWholeReduceBytes && num_pieces * 2 * sizeof(uintptr_t) <= kSlotBytes;
   }
@@ -363,7 +345,7 @@ class SharedMemoryBackend : public Backend {
   }
 
   // Copies this rank's inputs for elements [a, b) to `into`; returns `into`.
-  const char* Gather(const std::vector<AllreducePiece>& pieces, int64_t a, int64_t b, int64_t element, char* into) {
+  const char* Gather(const std::vector<Piece>& pieces, int64_t a, int64_t b, int64_t element, char* into) {
     char* to = into;
     for (size_t i = PieceAt(a); a < b; ++i) {
       const int64_t end = std::min(b, starts_[i + 1]);
@@ -376,7 +358,7 @@ class SharedMemoryBackend : public Backend {
   }
 
   // Copies `from` (elements [a, b)) into this rank's outputs.
-  void Scatter(const std::vector<AllreducePiece>& pieces, int64_t a, int64_t b, int64_t element, const char* from) {
+  void Scatter(const std::vector<Piece>& pieces, int64_t a, int64_t b, int64_t element, const char* from) {
     for (size_t i = PieceAt(a); a < b; ++i) {
       const int64_t end = std::min(b, starts_[i + 1]);
       const size_t bytes = static_cast<size_t>((end - a) * element);
@@ -389,7 +371,7 @@ class SharedMemoryBackend : public Backend {
   // Copies elements [a, b) of rank r's inputs (or outputs) into `into`, or, when `into` is null,
   // into the same elements of this rank's outputs. At most kMaxIov pieces.
   void ReadPeer(int r, int64_t a, int64_t b, int64_t element, bool output, char* into,
-                const std::vector<AllreducePiece>* pieces = nullptr) {
+                const std::vector<Piece>* pieces = nullptr) {
     remote_.clear();
     Runs(addresses_[r].data(), a, b, element, output, remote_);
     local_.clear();
@@ -548,7 +530,6 @@ class SharedMemoryBackend : public Backend {
     }
   }
 
-  std::unique_ptr<Backend> inner_;
   char* base_;
   size_t bytes_;
   std::vector<int64_t> pids_;
@@ -570,9 +551,10 @@ class SharedMemoryBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeSharedMemoryBackend(std::unique_ptr<Backend>& inner, const std::vector<int64_t>& pids,
-                                                 const BackendOptions& options, bool* single_copy, std::string* why) {
-  Backend& comm = *inner;
+std::unique_ptr<Communicator> MakeSharedMemoryBackend(std::unique_ptr<Communicator>& inner,
+                                                      const std::vector<int64_t>& pids, const BackendOptions& options,
+                                                      bool* single_copy, std::string* why) {
+  Communicator& comm = *inner;
   const int size = comm.size();
   const size_t bytes = SegmentBytes(size);
   std::string error;
@@ -607,7 +589,7 @@ std::unique_ptr<Backend> MakeSharedMemoryBackend(std::unique_ptr<Backend>& inner
     name_bytes.assign(text.begin(), text.end());
     if (!error.empty()) name_bytes.clear();
   }
-  comm.Broadcast(name_bytes, 0);
+  comm.BroadcastBytes(name_bytes, 0);
   const std::string name(name_bytes.begin(), name_bytes.end());
   if (comm.rank() != 0 && !name.empty()) {
     int fd = shm_open(name.c_str(), O_RDWR, 0600);
