@@ -102,7 +102,8 @@ void AdasumAllreduce(Communicator& backend, void* buffer, int64_t count, DataTyp
     const int64_t mine_start = lower ? outer_start : mid, mine_end = lower ? mid : outer_end;
     const int64_t theirs_start = lower ? mid : outer_start, theirs_end = lower ? outer_end : mid;
     backend.SendRecv({data + mine_start * element, (mine_end - mine_start) * static_cast<int64_t>(element),
-                      data + theirs_start * element, (theirs_end - theirs_start) * static_cast<int64_t>(element), peer});
+                      data + theirs_start * element, (theirs_end - theirs_start) * static_cast<int64_t>(element),
+                      peer});
   }
 }
 

@@ -178,7 +178,9 @@ class GlooBackend : public Communicator {
     gloo::allgatherv(opts);
   }
 
-  void Broadcast(const BroadcastOptions& options) override { BroadcastRaw(options.buffer, options.bytes, options.root); }
+  void Broadcast(const BroadcastOptions& options) override {
+    BroadcastRaw(options.buffer, options.bytes, options.root);
+  }
 
   void Alltoall(const AlltoallOptions& options) override {
     const void* input = options.input;

@@ -1,7 +1,7 @@
 // The engine's view of GPU support: an abstract interface implemented by the NCCL plugin
 // (_nccl_ops.so beside the core, nccl_ops.cc in this folder), which the core loads with dlopen
-// (backends/plugin_loader.h) the first time a GPU tensor is submitted. The core itself never links CUDA or NCCL, and nothing here is
-// touched for CPU tensors.
+// (backends/plugin_loader.h) the first time a GPU tensor is submitted. The core itself never
+// links CUDA or NCCL, and nothing here is touched for CPU tensors.
 //
 // Streams. Every call that enqueues GPU work does so on Horovod's own stream for the device (one
 // per device, created on first use). The caller's thread records a "ready" event on the
