@@ -12,7 +12,7 @@
 #include <algorithm>
 
 #include "collectives/collective.h"
-#include "engine/adasum.h"
+#include "collectives/adasum.h"
 
 namespace horovod {
 

@@ -75,4 +75,12 @@ class EngineError : public std::runtime_error {
 // Device of a tensor as DLPack describes it; the CPU is device_type 1.
 constexpr int32_t kCpuDevice = -1;
 
+// One copy of `bytes` bytes from `src` to `dst` within one device's memory (the device executors,
+// csrc/executors/, and the NCCL plugin's batched copy kernel).
+struct DeviceCopy {
+  const void* src;
+  void* dst;
+  size_t bytes;
+};
+
 }  // namespace horovod

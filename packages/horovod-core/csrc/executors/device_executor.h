@@ -26,13 +26,6 @@ struct Config;
 class GpuOps;
 struct ProcessSet;
 
-// One copy of `bytes` bytes from `src` to `dst` on the executor's device.
-struct DeviceCopy {
-  const void* src;
-  void* dst;
-  size_t bytes;
-};
-
 class DeviceExecutor {
  public:
   virtual ~DeviceExecutor() = default;

@@ -66,10 +66,10 @@ class GpuExecutor : public DeviceExecutor {
   }
 
   void Copy(const std::vector<DeviceCopy>& copies) override {
-    std::vector<GpuCopy> moves;
+    std::vector<DeviceCopy> moves;
     moves.reserve(copies.size());
     for (const DeviceCopy& c : copies) {
-      if (c.src != c.dst) moves.push_back({c.src, c.dst, c.bytes});
+      if (c.src != c.dst) moves.push_back(c);
     }
     if (moves.empty()) return;
     if (batched_) {

@@ -78,7 +78,7 @@ unsigned int Blocks(int64_t work) {
 
 }  // namespace
 
-cudaError_t BatchedCopy(const GpuCopy* copies, size_t count, cudaStream_t stream) {
+cudaError_t BatchedCopy(const DeviceCopy* copies, size_t count, cudaStream_t stream) {
   for (size_t first = 0; first < count; first += kCopiesPerLaunch) {
     CopyBatch batch{};
     const int n = static_cast<int>(std::min<size_t>(kCopiesPerLaunch, count - first));

@@ -14,7 +14,7 @@
 namespace horovod {
 namespace gpu {
 
-cudaError_t BatchedCopy(const GpuCopy* copies, size_t count, cudaStream_t stream);
+cudaError_t BatchedCopy(const DeviceCopy* copies, size_t count, cudaStream_t stream);
 cudaError_t Scale(void* data, int64_t count, DataType dtype, double factor, cudaStream_t stream);
 
 }  // namespace gpu

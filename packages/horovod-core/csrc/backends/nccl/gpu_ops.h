@@ -35,13 +35,6 @@ class GpuError : public std::runtime_error {
 // An event recorded on a stream, destroyed with its last owner.
 using GpuEvent = std::shared_ptr<void>;
 
-// One device-to-device copy of the batched copy kernel.
-struct GpuCopy {
-  const void* src;
-  void* dst;
-  size_t bytes;
-};
-
 class GpuOps {
  public:
   virtual ~GpuOps() = default;
@@ -63,9 +56,9 @@ class GpuOps {
   // The device's persistent fusion buffer, grown to at least `bytes` (contents unspecified).
   virtual void* FusionBuffer(int device, size_t bytes) = 0;
   // All `copies` in one kernel launch on Horovod's stream.
-  virtual void BatchedCopy(int device, const std::vector<GpuCopy>& copies) = 0;
+  virtual void BatchedCopy(int device, const std::vector<DeviceCopy>& copies) = 0;
   // One cudaMemcpyAsync per copy (HOROVOD_BATCH_D2D_MEMCOPIES=0).
-  virtual void Copy(int device, const std::vector<GpuCopy>& copies) = 0;
+  virtual void Copy(int device, const std::vector<DeviceCopy>& copies) = 0;
   virtual void Zero(int device, void* data, size_t bytes) = 0;
   // data[i] *= factor for `count` elements of `dtype` (integers round toward zero, as on the CPU).
   virtual void Scale(int device, void* data, int64_t count, DataType dtype, double factor) = 0;

@@ -265,14 +265,14 @@ class NcclOps : public GpuOps {
     return state.fusion;
   }
 
-  void BatchedCopy(int device, const std::vector<GpuCopy>& copies) override {
+  void BatchedCopy(int device, const std::vector<DeviceCopy>& copies) override {
     DeviceGuard guard(device);
     Check(gpu::BatchedCopy(copies.data(), copies.size(), State(device).stream), "the batched copy kernel");
   }
 
-  void Copy(int device, const std::vector<GpuCopy>& copies) override {
+  void Copy(int device, const std::vector<DeviceCopy>& copies) override {
     DeviceGuard guard(device);
-    for (const GpuCopy& c : copies) {
+    for (const DeviceCopy& c : copies) {
       Check(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, State(device).stream), "cudaMemcpyAsync");
     }
   }

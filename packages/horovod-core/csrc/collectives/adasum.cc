@@ -1,4 +1,4 @@
-#include "adasum.h"
+#include "collectives/adasum.h"
 
 #include <cfloat>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "reduction.h"
+#include "engine/reduction.h"
 
 namespace horovod {
 

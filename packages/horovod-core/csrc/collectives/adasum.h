@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "backends/communicator.h"
-#include "common.h"
+#include "engine/common.h"
 
 namespace horovod {
 
