@@ -236,6 +236,8 @@ class HorovodBasics:
         """Stops Horovod on every rank: pending operations everywhere fail with
         HorovodInternalError. Safe to call when not initialised; init() may follow."""
         _core.shutdown()
+        # Only now that the engine has stopped may the tensors of pending operations go.
+        ops.reset()
 
     def is_initialized(self):
         """Whether Horovod is initialised in this process."""
