@@ -58,6 +58,7 @@ def _worker():
     left = ops.allgather_async(ops.new_handle(), [np.ones(1, np.int32)], ops.op_names('allgather', 'left'),
                                context='left over')
     facts['left_in_flight'] = ops.in_flight(left)
+    ops.barrier()  # every rank has submitted it (so none is refused for a shutdown of the others)
     basics.shutdown()
     facts['after_shutdown'] = (dict(ops._in_flight), dict(ops._noname_counters))
     basics.init()
