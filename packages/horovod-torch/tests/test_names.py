@@ -11,7 +11,7 @@ from horovod_testing import run_ranks
 
 def worker():
     import horovod.torch as hvd
-    from horovod.torch import mpi_ops
+    from horovod.common import ops
 
     hvd.init()
     rank = hvd.rank()
@@ -29,11 +29,11 @@ def worker():
     grouped = hvd.grouped_allreduce([torch.ones(2), torch.ones(1)], op=hvd.Sum)
     exchanged = hvd.alltoall(torch.tensor([rank, rank]))
     hvd.barrier()
-    counters = dict(mpi_ops._noname_counters)
+    counters = dict(ops._noname_counters)
     hvd.shutdown()
     return {'handle': handle, 'summed': summed, 'gathered': gathered, 'root': root,
             'grouped': grouped, 'exchanged': exchanged, 'counters': counters,
-            'cleared': not mpi_ops._noname_counters}
+            'cleared': not ops._noname_counters}
 
 
 def test_automatic_names_agree_despite_extra_unnamed_ops():

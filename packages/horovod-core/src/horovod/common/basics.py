@@ -4,7 +4,7 @@ import atexit
 import os
 import threading
 
-from horovod.common import _core
+from horovod.common import _core, ops
 from horovod.common.exceptions import HorovodInternalError  # noqa: F401  (re-exported by bindings)
 
 
@@ -109,6 +109,8 @@ class HorovodBasics:
         _process_sets._setup(self)
         with HorovodBasics._lock:
             if not _core.is_initialized():
+                # Handles and automatic names left from an earlier run mean nothing to the new engine.
+                ops.reset()
                 self._start(process_sets, mpi_comm, mpi_ranks)
         duplicates = _process_sets._init_process_sets(process_sets)
         if duplicates:
@@ -234,6 +236,8 @@ class HorovodBasics:
         """Stops Horovod on every rank: pending operations everywhere fail with
         HorovodInternalError. Safe to call when not initialised; init() may follow."""
         _core.shutdown()
+        # Only now that the engine has stopped may the tensors of pending operations go.
+        ops.reset()
 
     def is_initialized(self):
         """Whether Horovod is initialised in this process."""

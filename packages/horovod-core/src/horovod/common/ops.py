@@ -12,6 +12,13 @@ handle completes it makes ``stream`` wait for the collective, so work queued on 
 ``wait`` returns sees the result. Outputs the engine allocates are on the input's device.
 ``stream`` is ignored for CPU tensors.
 
+Framework packages submit through this module alone, so that one table keeps every operation's
+objects alive and one set of counters names unnamed operations: each ``*_async`` that takes
+tensors also takes ``context=``, any object (the framework's own tensors, what its wait needs to
+build the result) kept with the operation until ``wait`` and read back with ``context(handle)``;
+``op_name``/``op_names`` make the names the engine matches across ranks (docs/engine.md, "Python:
+naming and keep-alive").
+
 ``process_set_id`` selects the process set (0: the global set, every rank). Tensor names are
 matched across the ranks of that set; ``root_rank`` is always a global rank.
 
@@ -25,7 +32,77 @@ shape or dtype, an op other than allreduce while a rank has joined) or a lost pe
 
 from horovod.common import _core
 
+# The one table that keeps an operation's objects alive until it completes, shared by every
+# framework package: handle -> (engine objects, caller's context). The engine objects are what
+# was handed to the core (arrays, DLPack capsules, splits); the context is whatever the caller
+# passed as ``context=`` (the framework tensors that own the memory, and what its wait needs to
+# build its result), given back by ``context(handle)``. An entry is added once the core has
+# accepted the operation and removed by ``wait``; ``reset`` empties it when the engine starts
+# and after it stops (horovod.common.basics), since no operation of another run can complete.
+# Only single dict operations touch it, which the GIL makes atomic: any thread may submit or wait.
 _in_flight = {}
+
+# (prefix, process set id) -> number of unnamed operations with that prefix submitted to that
+# set. Automatic names count per prefix and per set, not by handle: names only have to agree
+# among the ranks that take part, so an extra unnamed operation on one rank (a barrier, a join,
+# an operation on a set the others are not in, another kind of operation) does not shift the
+# names of the operations that follow. Reset with the table, so a re-initialised process
+# (elastic mode) names its operations like a freshly started one.
+_noname_counters = {}
+
+
+def reset():
+    """Forgets every operation in flight and restarts the automatic names. Called by
+    ``horovod.common.basics`` before the engine starts and after it has stopped (only then can
+    no operation still be writing into the tensors this table keeps alive)."""
+    _in_flight.clear()
+    _noname_counters.clear()
+
+
+def op_name(prefix, name, process_set_id=0):
+    """The engine's name of one tensor: ``<prefix>.<name>``, or ``<prefix>.noname.<k>`` when
+    ``name`` is None, for the k-th (1, 2, ...) unnamed operation with this prefix on the set.
+
+    Args:
+        prefix: str, the operation's prefix (``allreduce``, ``grouped_allgather``,
+            ``horovod_broadcast``, ...); the framework package chooses it, the engine matches
+            tensors across ranks by the whole name.
+        name: str or None; the caller's name.
+        process_set_id: int, the id of the process set the operation runs on.
+
+    Unnamed operations line up across ranks only when every member of the set submits its
+    unnamed operations with this prefix in the same order."""
+    if name is not None:
+        return f'{prefix}.{name}'
+    key = (prefix, process_set_id)
+    _noname_counters[key] = _noname_counters.get(key, 0) + 1
+    return f'{prefix}.noname.{_noname_counters[key]}'
+
+
+def op_names(prefix, name, process_set_id=0, count=None):
+    """The engine's names of an operation's tensors, as a list: ``member_names(op_name(...),
+    count)`` (one counter step for the whole group)."""
+    return member_names(op_name(prefix, name, process_set_id), count)
+
+
+def member_names(base, count=None):
+    """``[base]`` when ``count`` is None (one tensor), else one name per member of a group of
+    ``count`` tensors: ``<base>_<i+1>of<count>`` for member ``i`` (0-based)."""
+    if count is None:
+        return [base]
+    return [f'{base}_{i + 1}of{count}' for i in range(count)]
+
+
+def context(handle, default=None):
+    """The ``context`` an operation was submitted with (None if none was given), or ``default``
+    when ``handle`` is not in flight (never issued, a barrier or join, or already waited on)."""
+    entry = _in_flight.get(handle)
+    return default if entry is None else entry[1]
+
+
+def in_flight(handle):
+    """Whether ``handle`` was submitted with tensors and has not been waited on yet."""
+    return handle in _in_flight
 
 
 def new_handle():
@@ -34,7 +111,7 @@ def new_handle():
 
 
 def allreduce_async(handle, inputs, outputs, names, op, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set_id=0, stream=0):
+                    process_set_id=0, stream=0, context=None):
     """Queues an allreduce of ``inputs`` (a group, negotiated and executed together, when there
     are several) into ``outputs`` (``outputs[i]`` may be ``inputs[i]``: in place).
 
@@ -44,30 +121,30 @@ def allreduce_async(handle, inputs, outputs, names, op, prescale_factor=1.0, pos
     ``handle``; ``wait`` returns ``[None] * len(inputs)``."""
     _core.enqueue_allreduce(handle, inputs, outputs, names, op, prescale_factor, postscale_factor,
                             process_set_id, stream)
-    _in_flight[handle] = (inputs, outputs)
+    _in_flight[handle] = ((inputs, outputs), context)
     return handle
 
 
-def allgather_async(handle, inputs, names, process_set_id=0, stream=0):
+def allgather_async(handle, inputs, names, process_set_id=0, stream=0, context=None):
     """Queues an allgather of each input (a group when there are several): the ranks' tensors
     concatenated along dimension 0 in set-rank order (first dimensions may differ between ranks;
     the others must agree; scalars are refused at negotiation). ``wait`` returns one
     engine-allocated array per input. Returns ``handle``."""
     _core.enqueue_allgather(handle, inputs, names, process_set_id, stream)
-    _in_flight[handle] = (inputs,)
+    _in_flight[handle] = ((inputs,), context)
     return handle
 
 
-def broadcast_async(handle, tensors, names, root_rank, process_set_id=0, stream=0):
+def broadcast_async(handle, tensors, names, root_rank, process_set_id=0, stream=0, context=None):
     """Queues a broadcast of the root's ``tensors`` into the other ranks' ``tensors`` (in place;
     the root's data is unchanged). ``root_rank`` is a global rank and must belong to the set.
     Returns ``handle``; ``wait`` returns ``[None] * len(tensors)``."""
     _core.enqueue_broadcast(handle, tensors, names, root_rank, process_set_id, stream)
-    _in_flight[handle] = (tensors,)
+    _in_flight[handle] = ((tensors,), context)
     return handle
 
 
-def alltoall_async(handle, tensor, splits, name, process_set_id=0, stream=0):
+def alltoall_async(handle, tensor, splits, name, process_set_id=0, stream=0, context=None):
     """Queues an alltoall of ``tensor`` (ndim >= 1) along dimension 0 (spec core.md §6.6).
 
     Args:
@@ -79,19 +156,19 @@ def alltoall_async(handle, tensor, splits, name, process_set_id=0, stream=0):
     order, and a 1-D int32 array of the rows received from each member. Raises ValueError at once
     for invalid splits. Returns ``handle``."""
     _core.enqueue_alltoall(handle, tensor, splits, name, process_set_id, stream)
-    _in_flight[handle] = (tensor, splits)
+    _in_flight[handle] = ((tensor, splits), context)
     return handle
 
 
 def reducescatter_async(handle, inputs, names, op, prescale_factor=1.0, postscale_factor=1.0,
-                        process_set_id=0, stream=0):
+                        process_set_id=0, stream=0, context=None):
     """Queues a reducescatter of each input (a group when there are several): the element-wise
     reduction (``op``: Average (0) or Sum (1); any other op raises HorovodInternalError at once)
     split along dimension 0, set member ``r`` receiving ``dim0 // n + (r < dim0 % n)`` rows.
     ``wait`` returns one engine-allocated array per input. Returns ``handle``."""
     _core.enqueue_reducescatter(handle, inputs, names, op, prescale_factor, postscale_factor,
                                 process_set_id, stream)
-    _in_flight[handle] = (inputs,)
+    _in_flight[handle] = ((inputs,), context)
     return handle
 
 

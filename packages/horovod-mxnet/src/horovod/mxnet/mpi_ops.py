@@ -11,8 +11,8 @@ only known after negotiation (allgather, alltoall, reducescatter) are allocated 
 wrapped without a copy.
 
 Threading: each call runs on the caller's thread and waits, with the GIL released, for the
-engine's background thread. While it waits, this module holds a reference to every array the
-engine uses, so they stay alive until the collective is over.
+engine's background thread. While it waits, horovod.common.ops' table of operations in flight
+holds a reference to every array the engine uses, so they stay alive until the collective is over.
 
 Errors: a mistake visible at submission (wrong type, dtype or context, a name already in flight,
 an unregistered process set or one this rank is not in, bad splits) raises ``ValueError``; a
@@ -41,14 +41,6 @@ _REDUCESCATTER_DTYPES = tuple(np.dtype(d) for d in
                               ('int32', 'int64', 'float16', 'float32', 'float64'))
 _REDUCE_OPS = (Average, Sum, Min, Max, Product)
 
-# handle -> the NDArrays the engine reads or writes, kept alive until the handle is waited on.
-_in_flight = {}
-
-# (op, process set id) -> number of unnamed ops of that kind submitted to that set. Counting per
-# kind and per set means an unnamed op on a set some ranks are not in does not shift the names of
-# later ops on other sets. Reset by init().
-_noname_counters = {}
-
 
 class UnsupportedOpError(ValueError, AssertionError):
     """A reduce op the operation does not support. Both a ``ValueError`` (bad input) and, as
@@ -61,12 +53,11 @@ def init(*args, **kwargs):
     global one included, then answer ``size()``, ``rank()`` and ``included()``. Calling it
     again while running starts nothing.
 
+    Starting the engine drops the handles of an earlier run and restarts the automatic names.
+
     Raises:
         ValueError: the engine could not start, or a process set is a duplicate.
     """
-    if not _basics.is_initialized():
-        _in_flight.clear()
-        _noname_counters.clear()
     return _basics.init(*args, **kwargs)
 
 
@@ -76,12 +67,7 @@ def shutdown():
     Safe to call when Horovod is not running; ``init()`` may be called again afterwards, and
     then names unnamed operations as a fresh process does.
     """
-    # The engine may still be writing into a pending operation's arrays until its shutdown
-    # returns; only then may the references that keep them alive go.
-    result = _basics.shutdown()
-    _in_flight.clear()
-    _noname_counters.clear()
-    return result
+    return _basics.shutdown()
 
 
 def _check_array(tensor, dtypes, op_name):
@@ -115,17 +101,10 @@ def _check_priority(priority):
 
 
 def _engine_names(op, name, set_id, count=None):
-    """``horovod_<op>.<name>`` or ``horovod_<op>.noname.<k>``; with ``count`` (grouped ops), one
-    name per member with ``_<i+1>of<count>`` appended."""
-    if name is None:
-        key = (op, set_id)
-        _noname_counters[key] = _noname_counters.get(key, 0) + 1
-        base = f'horovod_{op}.noname.{_noname_counters[key]}'
-    else:
-        base = f'horovod_{op}.{name}'
-    if count is None:
-        return [base]
-    return [f'{base}_{i + 1}of{count}' for i in range(count)]
+    """``horovod_<op>.<name>`` or ``horovod_<op>.noname.<k>`` (horovod.common.ops' automatic
+    names); with ``count`` (grouped ops), one name per member with ``_<i+1>of<count>``
+    appended."""
+    return _ops.op_names(f'horovod_{op}', name, set_id, count)
 
 
 def _wait_all(handles):
@@ -162,10 +141,7 @@ def _run_all(starts):
 def _wait(handle):
     """Waits for ``handle``; returns the engine's results wrapped as NDArrays (None where the
     caller gave the output)."""
-    try:
-        results = _ops.wait(handle)
-    finally:
-        _in_flight.pop(handle, None)
+    results = _ops.wait(handle)
     return [None if r is None else _dlpack.to_ndarray(r) for r in results]
 
 
@@ -199,8 +175,7 @@ def _start_allreduce(tensors, outputs, average, name, op, prescale_factor, posts
     targets = [_dlpack.for_write(o) for o in outputs]
     handle = _ops.new_handle()
     _ops.allreduce_async(handle, inputs, targets, names, op, float(prescale_factor),
-                         float(postscale_factor), set_id)
-    _in_flight[handle] = (tuple(tensors), tuple(outputs))
+                         float(postscale_factor), set_id, context=(tuple(tensors), tuple(outputs)))
     return handle
 
 
@@ -306,8 +281,8 @@ def _start_allgather(tensors, name, process_set, grouped):
     set_id = _process_set_id(process_set)
     names = _engine_names('allgather', name, set_id, len(tensors) if grouped else None)
     handle = _ops.new_handle()
-    _ops.allgather_async(handle, [_dlpack.for_read(t) for t in tensors], names, set_id)
-    _in_flight[handle] = tuple(tensors)
+    _ops.allgather_async(handle, [_dlpack.for_read(t) for t in tensors], names, set_id,
+                         context=tuple(tensors))
     return handle
 
 
@@ -367,8 +342,8 @@ def _start_broadcast(tensor, output, root_rank, name, process_set):
     set_id = _process_set_id(process_set)
     names = _engine_names('broadcast', name, set_id)
     handle = _ops.new_handle()
-    _ops.broadcast_async(handle, [_dlpack.for_write(output)], names, root_rank, set_id)
-    _in_flight[handle] = (tensor, output)
+    _ops.broadcast_async(handle, [_dlpack.for_write(output)], names, root_rank, set_id,
+                         context=(tensor, output))
     return handle
 
 
@@ -480,12 +455,12 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
         set_id = _process_set_id(process_set)
         [engine_name] = _engine_names('alltoall', name, set_id)
         handle = _ops.new_handle()
-        _ops.alltoall_async(handle, _dlpack.for_read(tensor), engine_splits, engine_name, set_id)
+        _ops.alltoall_async(handle, _dlpack.for_read(tensor), engine_splits, engine_name, set_id,
+                            context=tensor)
     except ValueError as error:
         if isinstance(error, AlltoallArgumentError):
             raise
         raise AlltoallArgumentError(str(error)) from None
-    _in_flight[handle] = (tensor,)
     output, received_splits = _wait(handle)
     return output if splits is None else (output, received_splits)
 
@@ -503,8 +478,8 @@ def _start_reducescatter(tensors, name, op, process_set, prescale_factor, postsc
     names = _engine_names('reducescatter', name, set_id, len(tensors) if grouped else None)
     handle = _ops.new_handle()
     _ops.reducescatter_async(handle, [_dlpack.for_read(t) for t in tensors], names, op,
-                             float(prescale_factor), float(postscale_factor), set_id)
-    _in_flight[handle] = tuple(tensors)
+                             float(prescale_factor), float(postscale_factor), set_id,
+                             context=tuple(tensors))
     return handle
 
 

@@ -39,6 +39,7 @@ from horovod.runner.elastic.driver import ElasticDriver
 from horovod.runner.elastic.rendezvous import create_rendezvous_handler
 from horovod.runner.http.http_server import RendezvousServer
 from horovod.runner.util import network
+from horovod.runner.common.util import env_names
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ def _elastic_call(fn, args, kwargs, on_executable, executable):
         if not e.code:
             return _REMOVED  # hvd.elastic.run: the driver removed this worker's slot
         raise
-    return int(os.environ.get("HOROVOD_RANK", "-1")), value
+    return int(os.environ.get(env_names.RANK, "-1")), value
 
 
 class ElasticAdapter(Adapter):
@@ -272,7 +273,7 @@ class ElasticAdapter(Adapter):
 
     def _worker_env(self, slot_info, gpu_ids: List[int]) -> Dict[str, str]:
         env = gloo_run.create_worker_env(self._extra_env_vars, slot_info, self.run_vars,
-                                         HOROVOD_ELASTIC_TIMEOUT=str(self.params.elastic_timeout),
+                                         **{env_names.ELASTIC_TIMEOUT: str(self.params.elastic_timeout)},
                                          **{SECRET_ENV: self.rendezvous.secret.hex()})
         if self.params.use_gpu:
             # The GPUs of every worker of this node that runs now, this one's included (spec §5).

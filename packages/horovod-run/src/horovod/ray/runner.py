@@ -27,6 +27,7 @@ from horovod.ray.utils import detect_nics, map_blocking, nics_to_env_var
 from horovod.runner import gloo_run
 from horovod.runner.common.util import hosts
 from horovod.runner.common.util.timeout import Timeout
+from horovod.runner.common.util import env_names
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +110,8 @@ class Coordinator:
     def finalize_registration(self) -> Dict[int, Dict[str, int]]:
         """``{rank: {HOROVOD_CROSS_RANK, HOROVOD_CROSS_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE}}``
         (int values)."""
-        return {slot.rank: {"HOROVOD_CROSS_RANK": slot.cross_rank, "HOROVOD_CROSS_SIZE": slot.cross_size,
-                            "HOROVOD_LOCAL_RANK": slot.local_rank, "HOROVOD_LOCAL_SIZE": slot.local_size}
+        return {slot.rank: {env_names.CROSS_RANK: slot.cross_rank, env_names.CROSS_SIZE: slot.cross_size,
+                            env_names.LOCAL_RANK: slot.local_rank, env_names.LOCAL_SIZE: slot.local_size}
                 for slot in self.slot_infos()}
 
     def establish_rendezvous(self, nics: Optional[List[str]] = None) -> Dict[str, str]:

@@ -8,6 +8,7 @@ import ray
 
 from horovod.runner.driver import driver_service
 from horovod.runner.util import network
+from horovod.runner.common.util import env_names
 
 
 def map_blocking(fn: Callable[[Any], "ray.ObjectRef"], collection: Iterable[Any]) -> List[Any]:
@@ -57,4 +58,4 @@ def detect_nics(settings, all_host_names: List[str], node_workers: Optional[List
 def nics_to_env_var(nics: Iterable[str]) -> Dict[str, str]:
     """``HOROVOD_GLOO_IFACE`` (the first interface) and ``NCCL_SOCKET_IFNAME`` (all, comma-joined)."""
     nics = list(nics)
-    return {"HOROVOD_GLOO_IFACE": nics[0], "NCCL_SOCKET_IFNAME": ",".join(nics)}
+    return {env_names.GLOO_IFACE: nics[0], env_names.NCCL_SOCKET_IFNAME: ",".join(nics)}

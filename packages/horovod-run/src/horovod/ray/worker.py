@@ -4,11 +4,13 @@ import os
 import socket
 from typing import Any, Callable, Dict, List, Optional
 
+from horovod.runner.common.util import env_names
+
 
 def _rank_note(env) -> str:
     return "raised in Horovod rank %s of %s (Ray node %s, host %s, pid %d)" % (
-        env.get("HOROVOD_RANK", "?"), env.get("HOROVOD_SIZE", "?"),
-        env.get("HOROVOD_HOSTNAME", "?"), socket.gethostname(), os.getpid())
+        env.get(env_names.RANK, "?"), env.get(env_names.SIZE, "?"),
+        env.get(env_names.HOSTNAME, "?"), socket.gethostname(), os.getpid())
 
 
 class BaseHorovodWorker:
@@ -25,9 +27,9 @@ class BaseHorovodWorker:
     executable = None
 
     def __init__(self, world_rank: int = 0, world_size: int = 1):
-        os.environ["HOROVOD_HOSTNAME"] = self.node_id()
-        os.environ["HOROVOD_RANK"] = str(world_rank)
-        os.environ["HOROVOD_SIZE"] = str(world_size)
+        os.environ[env_names.HOSTNAME] = self.node_id()
+        os.environ[env_names.RANK] = str(world_rank)
+        os.environ[env_names.SIZE] = str(world_size)
         self._queue = None
 
     def node_id(self) -> str:

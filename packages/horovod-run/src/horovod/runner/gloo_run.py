@@ -21,6 +21,7 @@ from horovod.runner.common.util import env as env_util
 from horovod.runner.common.util import hosts, remote_exec, safe_shell_exec, secret
 from horovod.runner.http.http_server import RendezvousServer
 from horovod.runner.util import network, remote
+from horovod.runner.common.util import env_names
 
 JOB_FAILED_MESSAGE = (
     "Horovod detected that one or more processes exited with non-zero status, so the job was "
@@ -32,13 +33,13 @@ _START_POLL_S = 0.5
 def create_slot_env_vars(slot_info):
     """The ``HOROVOD_*`` variables that place one worker (a dict of str)."""
     return {
-        "HOROVOD_HOSTNAME": str(slot_info.hostname),
-        "HOROVOD_RANK": str(slot_info.rank),
-        "HOROVOD_SIZE": str(slot_info.size),
-        "HOROVOD_LOCAL_RANK": str(slot_info.local_rank),
-        "HOROVOD_LOCAL_SIZE": str(slot_info.local_size),
-        "HOROVOD_CROSS_RANK": str(slot_info.cross_rank),
-        "HOROVOD_CROSS_SIZE": str(slot_info.cross_size),
+        env_names.HOSTNAME: str(slot_info.hostname),
+        env_names.RANK: str(slot_info.rank),
+        env_names.SIZE: str(slot_info.size),
+        env_names.LOCAL_RANK: str(slot_info.local_rank),
+        env_names.LOCAL_SIZE: str(slot_info.local_size),
+        env_names.CROSS_RANK: str(slot_info.cross_rank),
+        env_names.CROSS_SIZE: str(slot_info.cross_size),
     }
 
 
@@ -62,15 +63,15 @@ def create_run_env_vars(server_ip, nics, port, elastic=False):
     """
     nics = list(nics)
     run_vars = {
-        "HOROVOD_GLOO_RENDEZVOUS_ADDR": server_ip,
-        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
-        "HOROVOD_CONTROLLER": "gloo",
-        "HOROVOD_CPU_OPERATIONS": "gloo",
-        "HOROVOD_GLOO_IFACE": nics[0],
-        "NCCL_SOCKET_IFNAME": ",".join(nics),
+        env_names.GLOO_RENDEZVOUS_ADDR: server_ip,
+        env_names.GLOO_RENDEZVOUS_PORT: str(port),
+        env_names.CONTROLLER: "gloo",
+        env_names.CPU_OPERATIONS: "gloo",
+        env_names.GLOO_IFACE: nics[0],
+        env_names.NCCL_SOCKET_IFNAME: ",".join(nics),
     }
     if elastic:
-        run_vars["HOROVOD_ELASTIC"] = "1"
+        run_vars[env_names.ELASTIC] = "1"
     return run_vars
 
 

@@ -21,6 +21,7 @@ from horovod.runner.http.http_client import put_data_into_kvstore, read_data_fro
 from horovod.runner.driver import driver_service
 from horovod.runner.http.http_server import KVStoreServer
 from horovod.runner.util import cache, network, remote, threads
+from horovod.runner.common.util import env_names
 
 DEFAULT_START_TIMEOUT_S = 30
 CACHE_FOLDER = os.path.join(os.path.expanduser("~"), ".horovod")
@@ -454,10 +455,10 @@ def _run_elastic(args):
                              "seconds, got %s" % list(args.cooldown_range))
     start_timeout = args.start_timeout
     if start_timeout is None:
-        start_timeout = int(os.environ.get("HOROVOD_START_TIMEOUT", DEFAULT_START_TIMEOUT_S))
+        start_timeout = int(os.environ.get(env_names.START_TIMEOUT, DEFAULT_START_TIMEOUT_S))
     elastic_timeout = args.elastic_timeout
     if elastic_timeout is None:
-        elastic_timeout = int(os.environ.get("HOROVOD_ELASTIC_TIMEOUT",
+        elastic_timeout = int(os.environ.get(env_names.ELASTIC_TIMEOUT,
                                              DEFAULT_ELASTIC_TIMEOUT_S))
     settings = ElasticSettings(
         discovery=discovery, min_num_proc=min_num_proc, max_num_proc=max_num_proc,
@@ -492,7 +493,7 @@ def _run_static(args):
     """Check the hosts and interfaces, then launch the job (see :func:`_run`)."""
     start_timeout = args.start_timeout
     if start_timeout is None:
-        start_timeout = int(os.environ.get("HOROVOD_START_TIMEOUT", DEFAULT_START_TIMEOUT_S))
+        start_timeout = int(os.environ.get(env_names.START_TIMEOUT, DEFAULT_START_TIMEOUT_S))
     settings = hvd_settings.Settings(
         verbose=2 if args.verbose else 0,
         ssh_port=args.ssh_port,
@@ -594,8 +595,8 @@ def _mpi_worker_env(env, settings):
     as stdout, which Python line-buffers.
     """
     env = dict(env)
-    env["HOROVOD_CONTROLLER"] = "mpi"
-    env["HOROVOD_CPU_OPERATIONS"] = "mpi"
+    env[env_names.CONTROLLER] = "mpi"
+    env[env_names.CPU_OPERATIONS] = "mpi"
     if "PYTHONUNBUFFERED" in env and mpi_launcher.is_open_mpi(env):
         del env["PYTHONUNBUFFERED"]
     if settings.run_func_mode and settings.key is not None:

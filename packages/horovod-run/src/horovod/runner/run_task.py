@@ -10,6 +10,7 @@ import sys
 
 from horovod.runner.common.util.env import get_env_rank_and_size
 from horovod.runner.http.http_client import put_data_into_kvstore, read_data_from_kvstore
+from horovod.runner.common.util import env_names
 
 
 def main(addr, port):
@@ -31,5 +32,5 @@ if __name__ == "__main__":
     # "-": the launcher's address on the job's interface, as the launch gave it to the worker.
     address = sys.argv[1]
     if address == "-":
-        address = os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"]
+        address = os.environ[env_names.GLOO_RENDEZVOUS_ADDR]
     main(address, int(sys.argv[2]))

@@ -28,6 +28,7 @@ from horovod.spark import runner
 from horovod.spark.common import util
 from horovod.spark.driver.elastic_service import SparkElasticDriverService
 from horovod.spark.driver.host_discovery import SparkDriverHostDiscovery
+from horovod.runner.common.util import env_names
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
                          % (min_num_proc, num_proc, max_num_proc))
     start_timeout = runner.default_start_timeout(start_timeout)
     if elastic_timeout is None:
-        elastic_timeout = int(os.getenv("HOROVOD_ELASTIC_TIMEOUT", "600"))
+        elastic_timeout = int(os.getenv(env_names.ELASTIC_TIMEOUT, "600"))
     nics = set(nics) if nics else None
     if verbose >= 1:
         logger.info("Running %d to %d processes (starting with %d)...", min_num_proc, max_num_proc, num_proc)
@@ -156,7 +157,7 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
             def create_worker(slot_info, events):
                 plan = util.TaskPlan(slot_info.rank,
                                      gloo_run.create_worker_env(env, slot_info, run_vars,
-                                                               HOROVOD_ELASTIC_TIMEOUT=str(elastic_timeout)),
+                                                               **{env_names.ELASTIC_TIMEOUT: str(elastic_timeout)}),
                                      sealed_secret, payload, stdout is not None, stderr is not None)
                 host = slot_info.hostname
                 run = service.start_rank(host, plan)

@@ -24,6 +24,7 @@ from horovod.runner.common.util import codec, network
 from horovod.runner.common.util.settings import Settings
 from horovod.spark.common import util
 from horovod.spark.runner import HEARTBEAT_TIMEOUT_S, SparkDriverService
+from horovod.runner.common.util import env_names
 
 # Variables of the driver's environment that mpirun and the daemons need where set.
 _PASSED_ON = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
@@ -118,8 +119,8 @@ def mpi_launch(service, host_plan, num_proc, driver_addresses, key, env, extra_m
                         num_proc=num_proc, verbose=verbose, extra_mpi_args=extra, run_func_mode=True,
                         prefix_output_with_timestamp=prefix_output_with_timestamp, nics=nics)
     mpi_env = dict(env)
-    mpi_env.update({"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOROVOD_CONTROLLER": "mpi",
-                    "HOROVOD_CPU_OPERATIONS": "mpi"})
+    mpi_env.update({"PATH": os.environ.get("PATH", "/usr/bin:/bin"), env_names.CONTROLLER: "mpi",
+                    env_names.CPU_OPERATIONS: "mpi"})
     for name in _PASSED_ON:
         if name in os.environ:
             mpi_env.setdefault(name, os.environ[name])

@@ -25,6 +25,7 @@ from horovod.runner.common.util import env as env_util
 from horovod.runner.common.util import hosts, network
 from horovod.runner.common.util.timeout import TimeoutException
 from horovod.spark.common import util
+from horovod.runner.common.util import env_names
 
 logger = logging.getLogger(__name__)
 
@@ -265,7 +266,7 @@ def check_num_proc(name, value):
 
 def default_start_timeout(start_timeout):
     if start_timeout is None:
-        return int(os.getenv("HOROVOD_SPARK_START_TIMEOUT", "600"))
+        return int(os.getenv(env_names.SPARK_START_TIMEOUT, "600"))
     return start_timeout
 
 

@@ -18,11 +18,10 @@ are copied once into aligned memory. String tensors never reach DLPack: the publ
 refuse them before anything is submitted.
 
 Threading: ``start`` and ``finish`` run on the caller's thread (eager) or on a TF inter-op
-thread (graph); ``finish`` waits with the GIL released (inside the core). ``_pending`` keeps each
-group's input and output arrays alive until its handle is finished.
+thread (graph); ``finish`` waits with the GIL released (inside the core). horovod.common.ops'
+table of operations in flight keeps each group's input and output arrays alive until its handle
+is finished, with what ``finish`` needs (the kind, the outputs, the names) as the context.
 """
-
-import threading
 
 import numpy as np
 
@@ -30,9 +29,6 @@ from horovod.common import ops as _ops
 from horovod.common.exceptions import HorovodInternalError
 
 ALIGNMENT = 64
-
-_pending = {}
-_lock = threading.Lock()
 
 
 def aligned_empty(shape, dtype):
@@ -166,26 +162,24 @@ def _start(kind, arrays, names, params):
     arrays = [_as_input(a) for a in arrays]
     handle = _ops.new_handle()
     set_id = params["set_id"]
-    outputs = None
     if kind == "allreduce":
         outputs = [aligned_empty(tuple(a.shape), _numpy_dtype(a)) for a in arrays]
         _ops.allreduce_async(handle, arrays, outputs, names, params["op"], params["prescale"],
-                             params["postscale"], set_id)
+                             params["postscale"], set_id, context=(kind, outputs, names))
     elif kind == "allgather":
-        _ops.allgather_async(handle, arrays, names, set_id)
+        _ops.allgather_async(handle, arrays, names, set_id, context=(kind, None, names))
     elif kind == "broadcast":
         outputs = [aligned(np.array(a)) for a in arrays]
-        _ops.broadcast_async(handle, outputs, names, params["root"], set_id)
+        # The inputs (eager tensors or arrays) are copied into ``outputs``: nothing else to keep.
+        _ops.broadcast_async(handle, outputs, names, params["root"], set_id, context=(kind, outputs, names))
     elif kind == "alltoall":
         splits = params.get("splits")
-        _ops.alltoall_async(handle, arrays[0], splits, names[0], set_id)
+        _ops.alltoall_async(handle, arrays[0], splits, names[0], set_id, context=(kind, None, names))
     elif kind == "reducescatter":
         _ops.reducescatter_async(handle, arrays, names, params["op"], params["prescale"],
-                                 params["postscale"], set_id)
+                                 params["postscale"], set_id, context=(kind, None, names))
     else:
         raise ValueError(f"unknown collective {kind!r}")
-    with _lock:
-        _pending[handle] = (kind, arrays, outputs, names)
     return handle
 
 
@@ -198,13 +192,13 @@ def finish(handle):
             the engine failed the operation (the message names the op and tensor and says why).
         ValueError: ``handle`` is unknown or already finished.
     """
-    with _lock:
-        entry = _pending.pop(int(handle), None)
+    handle = int(handle)
+    entry = _ops.context(handle)
     if entry is None:
         raise ValueError(f"unknown Horovod handle {handle!r}: never issued or already waited on")
-    kind, _, outputs, names = entry
+    kind, outputs, names = entry
     try:
-        results = _ops.wait(int(handle))
+        results = _ops.wait(handle)
     except HorovodInternalError as error:
         raise _tf_error(f"{_op_title(kind)} of {', '.join(names[:3])}"
                         f"{' ...' if len(names) > 3 else ''} failed: {error}") from None
@@ -225,8 +219,3 @@ def join():
     except HorovodInternalError as error:
         raise _tf_error(f"HorovodJoin failed: {error}") from None
 
-
-def clear():
-    """Forgets every pending handle (init and shutdown)."""
-    with _lock:
-        _pending.clear()

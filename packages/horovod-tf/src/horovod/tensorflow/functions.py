@@ -9,6 +9,7 @@ upstream's TF1 API are not needed and are ignored.
 
 import tensorflow as tf
 
+from horovod.common import ops as _ops
 from horovod.tensorflow.util import _no_autograph
 
 from horovod.tensorflow import _engine
@@ -119,7 +120,7 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
     base = objects.BROADCAST_NAME if name is None else name
 
     def run(array, suffix):
-        return _engine.run('broadcast', [array], [f'broadcast.{base}{suffix}'], params)[0]
+        return _engine.run('broadcast', [array], _ops.op_names('broadcast', base + suffix), params)[0]
 
     return objects.broadcast_object(obj, rank() == root_rank, root_rank, run)
 
@@ -157,4 +158,5 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
     params = {'set_id': _process_set_id(process_set)}
     base = objects.ALLGATHER_NAME if name is None else name
     return objects.allgather_object(
-        obj, lambda array, suffix: _engine.run('allgather', [array], [f'allgather.{base}{suffix}'], params)[0])
+        obj, lambda array, suffix: _engine.run('allgather', [array], _ops.op_names('allgather', base + suffix),
+                                               params)[0])

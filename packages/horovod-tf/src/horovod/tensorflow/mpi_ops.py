@@ -12,7 +12,8 @@ Names: tensors are matched across ranks by name. In a graph, an unnamed op is na
 ``Horovod<Op>_<tensor name>`` (``_normalize_name``), made unique in its graph with the current
 name scope, as TF names nodes; ``name`` replaces the ``Horovod<Op>_<tensor name>`` part, and
 ``ignore_name_scope=True`` drops the scope. Eagerly, an unnamed op is named after a per-op,
-per-process-set counter, so the ranks must issue their unnamed ops in the same order.
+per-process-set counter (horovod.common.ops' automatic names, ``<op>.noname.<k>``), so the ranks
+must issue their unnamed ops in the same order.
 
 Errors: bad arguments (dtype, type, root, splits, op) raise ``ValueError`` (in a graph: when the
 op is built, or ``tf.errors.InvalidArgumentError`` when it runs). Ranks that disagree on shape,
@@ -28,6 +29,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
+from horovod.common import ops as _ops
 from horovod.common.api import *  # noqa: F403 (hvd.size, hvd.Average, hvd.ProcessSet, ...: api.__all__)
 from horovod.common.api import (  # noqa: F401 (used here, or exported by horovod.tensorflow only)
     Adasum, Average, Max, Min, ProcessSet, Product, Sum, basics as _basics, global_process_set,
@@ -54,27 +56,18 @@ _MOVE_DTYPES = _ALLREDUCE_DTYPES + (tf.uint16, tf.int16, tf.bool)
 _REDUCESCATTER_DTYPES = (tf.int32, tf.int64, tf.float16, tf.float32, tf.float64)
 _REDUCE_OPS = (Average, Sum, Min, Max, Product)
 
-# (op prefix, process set id) -> number of unnamed eager ops of that kind on that set.
-_noname_counters = {}
-
 
 def init(*args, **kwargs):
     """Starts Horovod in this process (``horovod.common.basics.HorovodBasics.init``: ``comm``,
-    ``process_sets``). Raises ValueError when the engine cannot start (the message says why)."""
-    _engine.clear()
-    _noname_counters.clear()
+    ``process_sets``). Raises ValueError when the engine cannot start (the message says why).
+    Starting the engine drops the handles of an earlier run and restarts the automatic names."""
     return _basics.init(*args, **kwargs)
 
 
 def shutdown(*args, **kwargs):
     """Stops Horovod in this process; pending operations on every rank fail. Safe when Horovod
     is not running; ``init()`` may be called again afterwards."""
-    # The engine may still be writing into a pending operation's tensors until its shutdown
-    # returns; only then may the references that keep them alive go.
-    result = _basics.shutdown(*args, **kwargs)
-    _engine.clear()
-    _noname_counters.clear()
-    return result
+    return _basics.shutdown(*args, **kwargs)
 
 
 def _normalize_name(name):
@@ -134,25 +127,16 @@ def _check_reduce_op(op, process_set, op_name):
                          'hvd.Max, hvd.Product, hvd.Adasum.')
 
 
-def _base_name(prefix, title, tensor, name, set_id, ignore_name_scope):
-    """The engine name of one op (see the module docstring)."""
-    if tf.executing_eagerly():
-        if name is not None:
-            return f'{prefix}.{name}'
-        key = (prefix, set_id)
-        _noname_counters[key] = _noname_counters.get(key, 0) + 1
-        return f'{prefix}.noname.{_noname_counters[key]}'
-    if name is None:
-        name = f'{title}_{_normalize_name(tensor.name)}'
-    full = tf.compat.v1.get_default_graph().unique_name(name)
-    return full.rsplit('/', 1)[-1] if ignore_name_scope else full
-
-
 def _names(prefix, title, tensors, name, set_id, ignore_name_scope):
-    base = _base_name(prefix, title, tensors[0], name, set_id, ignore_name_scope)
-    if len(tensors) == 1:
-        return [base]
-    return [f'{base}_{i + 1}of{len(tensors)}' for i in range(len(tensors))]
+    """The engine names of one group (see the module docstring): a group of several tensors
+    gives member ``i`` of ``n`` the name ``<base>_<i+1>of<n>``."""
+    count = None if len(tensors) == 1 else len(tensors)
+    if tf.executing_eagerly():
+        return _ops.op_names(prefix, name, set_id, count)
+    if name is None:
+        name = f'{title}_{_normalize_name(tensors[0].name)}'
+    full = tf.compat.v1.get_default_graph().unique_name(name)
+    return _ops.member_names(full.rsplit('/', 1)[-1] if ignore_name_scope else full, count)
 
 
 class _Started:

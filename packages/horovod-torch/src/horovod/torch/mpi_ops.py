@@ -7,7 +7,8 @@ the tensors' memory directly through DLPack, so no copies are made on the way in
 Threading: the ``*_async*`` functions and :func:`synchronize` run on the caller's thread; the
 collective itself runs on the engine's background thread. A tensor passed to an asynchronous
 call must not be modified or freed by the caller until its handle has been synchronized; this
-module keeps a reference to it in ``_handle_map`` until then.
+module keeps a reference to it until then, in ``_handle_map`` (horovod.common.ops' table of
+operations in flight, shared by every framework package).
 
 CUDA tensors (a horovod-core built with NCCL, docs/gpu.md): the collective runs on the GPU, ordered
 after the work queued on the tensor's current CUDA stream when it was submitted; the results are
@@ -25,12 +26,15 @@ from horovod.torch.compression import Compression
 
 import torch
 
-# handle -> (inputs, outputs). ``inputs`` is the tuple of tensors given by the caller (kept alive
-# while the engine reads them). ``outputs`` mirrors what synchronize() returns: a single entry for
-# single-tensor ops, a list for grouped ops, a tuple ``(None, None)`` for alltoall (output and
-# received splits); each entry is the tensor the engine writes into, or None where the engine
-# allocates the output itself (allgather, alltoall, reducescatter).
-_handle_map = {}
+# horovod.common.ops' one table of operations in flight (handle -> (engine objects, context)),
+# under the name upstream's torch binding gives its own. The context of a torch operation is
+# ``(inputs, outputs)``: ``inputs``, the caller's tensors (kept alive while the engine reads
+# them); ``outputs``, what synchronize() returns: a single entry for single-tensor ops, a list for
+# grouped ops, a tuple ``(None, None)`` for alltoall (output and received splits); each entry is
+# the tensor the engine writes into, or None where the engine allocates the output itself
+# (allgather, alltoall, reducescatter). The table is emptied when the engine starts and after it
+# stops (horovod.common.basics).
+_handle_map = _ops._in_flight
 
 _REDUCE_DTYPES = (torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
                   torch.float64)
@@ -42,13 +46,12 @@ _REDUCE_OPS = (Average, Sum, Min, Max, Product)
 def init(*args, **kwargs):
     """Starts Horovod in this process (see ``horovod.common.basics.HorovodBasics.init``).
 
-    Drops every handle left from an earlier run before starting the engine.
+    Drops every handle left from an earlier run before starting the engine, and restarts the
+    automatic names.
 
     Raises:
         ValueError: the engine could not start (the log output says why).
     """
-    _handle_map.clear()
-    _noname_counters.clear()
     return _basics.init(*args, **kwargs)
 
 
@@ -57,12 +60,7 @@ def shutdown(*args, **kwargs):
 
     Safe to call when Horovod is not running; ``init()`` may be called again afterwards.
     """
-    # The engine may still be writing into a pending operation's tensors until its shutdown
-    # returns; only then may the references that keep them alive go.
-    result = _basics.shutdown(*args, **kwargs)
-    _handle_map.clear()
-    _noname_counters.clear()
-    return result
+    return _basics.shutdown(*args, **kwargs)
 
 
 def _check_tensor(tensor, allowed_dtypes, op_name):
@@ -131,28 +129,6 @@ def _check_reduce_op(op, process_set):
 
 
 
-# (op prefix, process set id) -> number of unnamed ops of that kind submitted to that set.
-# Automatic names count per op kind and per process set, not by handle: names only have to agree
-# among the ranks that take part in the op, so an extra unnamed op on one rank (a barrier, a join,
-# an op on a process set the others are not in, another op kind) does not shift the names of
-# the ops that follow. Reset by init() and shutdown(), so a re-initialised process (elastic mode)
-# names its ops like a freshly started one.
-_noname_counters = {}
-
-
-def _engine_name(prefix, name, set_id):
-    if name is not None:
-        return f'{prefix}.{name}'
-    key = (prefix, set_id)
-    _noname_counters[key] = _noname_counters.get(key, 0) + 1
-    return f'{prefix}.noname.{_noname_counters[key]}'
-
-
-def _group_names(prefix, name, set_id, n):
-    base = _engine_name(prefix, name, set_id)
-    return [f'{base}_{i + 1}of{n}' for i in range(n)]
-
-
 # Tensor.__dlpack__ validates its keyword arguments in Python, which costs several microseconds: the
 # largest part of submitting a small tensor. Its checks that matter here (a CPU, dense, contiguous
 # tensor without autograd) are made before export, so the allreduce path calls the C function
@@ -176,20 +152,15 @@ def _submit_allreduce(prefix, inputs, outputs, average, name, op, prescale_facto
     set_id = _process_set_id(process_set)
     _check_reduce_op(op, process_set)
     handle = _ops.new_handle()
-    if grouped:
-        names = _group_names(prefix, name, set_id, len(inputs))
-    else:
-        names = [_engine_name(prefix, name, set_id)]
+    names = _ops.op_names(prefix, name, set_id, len(inputs) if grouped else None)
     exported = [_export(t) for t in inputs]
     # outputs None: in place, the engine writes into the inputs themselves (the same objects are
     # passed as outputs, which the core imports once).
+    given = inputs if outputs is None else outputs
     _ops.allreduce_async(handle, exported,
                          exported if outputs is None else [_export(t) for t in outputs],
                          names, op, float(prescale_factor), float(postscale_factor), set_id,
-                         _stream(inputs))
-    if outputs is None:
-        outputs = inputs
-    _handle_map[handle] = (tuple(inputs), outputs if grouped else outputs[0])
+                         _stream(inputs), context=(tuple(inputs), given if grouped else given[0]))
     return handle
 
 
@@ -335,9 +306,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     _check_tensor(tensor, _MOVE_DTYPES, 'allgather')
     set_id = _process_set_id(process_set)
     handle = _ops.new_handle()
-    _ops.allgather_async(handle, [tensor.detach()], [_engine_name('allgather', name, set_id)],
-                         set_id, _stream([tensor]))
-    _handle_map[handle] = ((tensor,), None)
+    _ops.allgather_async(handle, [tensor.detach()], _ops.op_names('allgather', name, set_id),
+                         set_id, _stream([tensor]), context=((tensor,), None))
     return handle
 
 
@@ -346,9 +316,8 @@ def _submit_broadcast(tensor, output, root_rank, name, process_set):
     if isinstance(root_rank, bool) or not isinstance(root_rank, int):
         raise ValueError(f'root_rank must be an int (a global rank), got {root_rank!r}.')
     handle = _ops.new_handle()
-    _ops.broadcast_async(handle, [output.detach()], [_engine_name('broadcast', name, set_id)],
-                         root_rank, set_id, _stream([output]))
-    _handle_map[handle] = ((tensor,), output)
+    _ops.broadcast_async(handle, [output.detach()], _ops.op_names('broadcast', name, set_id),
+                         root_rank, set_id, _stream([output]), context=((tensor,), output))
     return handle
 
 
@@ -419,9 +388,8 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     set_id = _process_set_id(process_set)
     handle = _ops.new_handle()
     _ops.allgather_async(handle, [t.detach() for t in tensors],
-                         _group_names('grouped_allgather', name, set_id, len(tensors)), set_id,
-                         _stream(tensors))
-    _handle_map[handle] = (tuple(tensors), [None] * len(tensors))
+                         _ops.op_names('grouped_allgather', name, set_id, len(tensors)), set_id,
+                         _stream(tensors), context=(tuple(tensors), [None] * len(tensors)))
     return handle
 
 
@@ -468,7 +436,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     values = tensor._values().contiguous()
     if name is None:
         # Both parts share one automatic base name, like a named call.
-        name = _engine_name('sparse_allreduce', None, _process_set_id(process_set))
+        name = _ops.op_name('sparse_allreduce', None, _process_set_id(process_set))
     values_handle = allgather_async(values, f'{name}.values', process_set)
     indices_handle = allgather_async(indices, f'{name}.indices', process_set)
     set_size = process_set.size()
@@ -542,10 +510,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     engine_splits = _splits_tensor(splits)
     set_id = _process_set_id(process_set)
     handle = _ops.new_handle()
-    _ops.alltoall_async(handle, tensor.detach(), engine_splits,
-                        _engine_name('alltoall', name, set_id), set_id, _stream([tensor]))
-    kept = (tensor,) if engine_splits is None else (tensor, engine_splits)
-    _handle_map[handle] = (kept, (None, None))
+    _ops.alltoall_async(handle, tensor.detach(), engine_splits, _ops.op_name('alltoall', name, set_id),
+                        set_id, _stream([tensor]), context=((tensor,), (None, None)))
     return handle
 
 
@@ -555,14 +521,11 @@ def _submit_reducescatter(prefix, tensors, name, op, prescale_factor, postscale_
     # HorovodInternalError (spec core.md §6.7).
     set_id = _process_set_id(process_set)
     handle = _ops.new_handle()
-    if grouped:
-        names = _group_names(prefix, name, set_id, len(tensors))
-    else:
-        names = [_engine_name(prefix, name, set_id)]
+    names = _ops.op_names(prefix, name, set_id, len(tensors) if grouped else None)
     _ops.reducescatter_async(handle, [t.detach() for t in tensors], names, op,
                              float(prescale_factor), float(postscale_factor), set_id,
-                             _stream(tensors))
-    _handle_map[handle] = (tuple(tensors), [None] * len(tensors) if grouped else None)
+                             _stream(tensors),
+                             context=(tuple(tensors), [None] * len(tensors) if grouped else None))
     return handle
 
 
@@ -672,7 +635,7 @@ def poll(handle):
     Raises:
         ValueError: ``handle`` is unknown (never issued, or already synchronized).
     """
-    if handle not in _handle_map:
+    if not _ops.in_flight(handle):
         raise ValueError(f'Unknown handle {handle!r}: it was never issued or has already been '
                          'synchronized.')
     return _ops.poll(handle)
@@ -696,12 +659,12 @@ def synchronize(handle):
         HorovodInternalError: the operation failed: ranks disagreed on dtype, shape, op, scale
             factors or root, Horovod was shut down, or a peer was lost.
     """
-    if handle not in _handle_map:
+    submitted = _ops.context(handle)
+    if submitted is None:
         return None
-    try:
-        results = _ops.wait(handle)
-    finally:
-        _, outputs = _handle_map.pop(handle)
+    # wait forgets the handle, whether the operation succeeded or not.
+    results = _ops.wait(handle)
+    _, outputs = submitted
     several = isinstance(outputs, (list, tuple))
     given = outputs if several else [outputs]
     tensors = []

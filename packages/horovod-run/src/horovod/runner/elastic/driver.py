@@ -12,6 +12,7 @@ from horovod.runner.common.util import timeout as timeout_util
 from horovod.runner.elastic.discovery import HostManager
 from horovod.runner.elastic.registration import WorkerStateRegistry
 from horovod.runner.elastic.worker import HostUpdateResult, WorkerNotificationClient
+from horovod.runner.common.util import env_names
 
 DISCOVER_HOSTS_FREQUENCY_SECS = 1.0
 # Rank 0 is told again when the hosts still differ from the assignment this long after it was
@@ -93,7 +94,7 @@ class ElasticDriver:
         self._host_manager = HostManager(discovery, cooldown_range)
         self._min_num_proc = min_num_proc
         self._max_num_proc = max_num_proc
-        self._timeout = timeout or int(os.environ.get("HOROVOD_ELASTIC_TIMEOUT",
+        self._timeout = timeout or int(os.environ.get(env_names.ELASTIC_TIMEOUT,
                                                       ELASTIC_TIMEOUT_SECS))
         self._verbose = verbose
         self._worker_registry = WorkerStateRegistry(self, self._host_manager, reset_limit,

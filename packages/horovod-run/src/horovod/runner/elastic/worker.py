@@ -11,6 +11,7 @@ import socket
 import threading
 
 from horovod.runner.common.util import network, secret
+from horovod.runner.common.util import env_names
 
 
 class HostUpdateResult(enum.IntFlag):
@@ -91,17 +92,17 @@ class WorkerNotificationManager:
         with self._lock:
             if self._rendezvous is not None:
                 return
-            if not rendezvous_addr and os.environ.get('HOROVOD_ELASTIC') != '1':
+            if not rendezvous_addr and os.environ.get(env_names.ELASTIC) != '1':
                 return
-            rendezvous_addr = rendezvous_addr or os.environ.get('HOROVOD_GLOO_RENDEZVOUS_ADDR')
+            rendezvous_addr = rendezvous_addr or os.environ.get(env_names.GLOO_RENDEZVOUS_ADDR)
             if not rendezvous_addr:
                 return
             from horovod.runner.http.http_client import put_data_into_kvstore
-            port = int(rendezvous_port or os.environ.get('HOROVOD_GLOO_RENDEZVOUS_PORT', 0))
-            nic = nic or os.environ.get('HOROVOD_GLOO_IFACE')
-            hostname = hostname or os.environ.get('HOROVOD_HOSTNAME') or socket.gethostname()
+            port = int(rendezvous_port or os.environ.get(env_names.GLOO_RENDEZVOUS_PORT, 0))
+            nic = nic or os.environ.get(env_names.GLOO_IFACE)
+            hostname = hostname or os.environ.get(env_names.HOSTNAME) or socket.gethostname()
             local_rank = int(local_rank if local_rank is not None
-                             else os.environ.get('HOROVOD_LOCAL_RANK', 0))
+                             else os.environ.get(env_names.LOCAL_RANK, 0))
             key = secret.make_secret_key()
             service = WorkerNotificationService(key, nic, self)
             try:

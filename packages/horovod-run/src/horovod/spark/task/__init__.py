@@ -19,12 +19,13 @@ from horovod.common.rendezvous import SECRET_ENV
 from horovod.runner.common.util import network
 from horovod.runner.gloo_run import describe_exit_code
 from horovod.spark.common import util
+from horovod.runner.common.util import env_names
 
 POLL_INTERVAL_S = 0.1
 HEARTBEAT_INTERVAL_S = 1.0
 # An elastic task asks the driver for work this often (the asks are its heartbeat).
 ELASTIC_POLL_INTERVAL_S = 0.25
-GPUS_ENV = "HOROVOD_SPARK_TASK_GPUS"
+GPUS_ENV = env_names.SPARK_TASK_GPUS
 
 
 def get_available_devices():
@@ -96,8 +97,8 @@ class _RankProcess:
         env = dict(os.environ)
         env.update(plan.env)
         env[SECRET_ENV] = util.unseal(key, plan.sealed_secret).hex()
-        env["HOROVOD_SPARK_WORK_DIR"] = os.getcwd()
-        env["HOROVOD_SPARK_TASK_PID"] = str(os.getpid())
+        env[env_names.SPARK_WORK_DIR] = os.getcwd()
+        env[env_names.SPARK_TASK_PID] = str(os.getpid())
         env[GPUS_ENV] = ",".join(_task_gpus())
         executable = settings["executable"] or sys.executable
         read_end, write_end = os.pipe()
@@ -224,7 +225,7 @@ def _serve_mpi(index, client, key):
                 env = dict(os.environ)
                 env.update(reply.env)
                 env[SECRET_ENV] = key.hex()
-                env["HOROVOD_SPARK_WORK_DIR"] = os.getcwd()
+                env[env_names.SPARK_WORK_DIR] = os.getcwd()
                 running[reply.command_id] = subprocess.Popen(["/bin/sh", "-c", reply.command], env=env,
                                                              stdin=subprocess.DEVNULL)
             for command_id, proc in list(running.items()):

@@ -21,6 +21,7 @@ import time
 import traceback
 
 import cloudpickle
+from horovod.runner.common.util import env_names
 
 _PR_SET_PDEATHSIG = 1
 
@@ -45,12 +46,12 @@ def _die_with_parent(parent):
 def main(argv):
     result_fd = int(argv[1])
     faulthandler.enable()  # a crash leaves the Python stacks in the rank's stderr
-    _die_with_parent(int(os.environ.get("HOROVOD_SPARK_TASK_PID", os.getppid())))
+    _die_with_parent(int(os.environ.get(env_names.SPARK_TASK_PID, os.getppid())))
     payload = sys.stdin.buffer.read()
     try:
         fn, args, kwargs = cloudpickle.loads(payload)
         result = cloudpickle.dumps(fn(*args, **kwargs))
-        place = "%s %s\n" % (os.environ.get("HOROVOD_RANK", "-1"), os.environ.get("HOROVOD_SIZE", "-1"))
+        place = "%s %s\n" % (os.environ.get(env_names.RANK, "-1"), os.environ.get(env_names.SIZE, "-1"))
         body = b"O" + place.encode("ascii") + result
         code = 0
     except SystemExit as e:

@@ -18,11 +18,12 @@ import cloudpickle
 from horovod.common.rendezvous import SECRET_ENV
 from horovod.runner.common.util import codec
 from horovod.spark.common import util
+from horovod.runner.common.util import env_names
 
 
 def main(argv):
     addresses, settings = codec.loads_base64(argv[1]), codec.loads_base64(argv[2])
-    work_dir = os.environ.get("HOROVOD_SPARK_WORK_DIR")
+    work_dir = os.environ.get(env_names.SPARK_WORK_DIR)
     if work_dir:
         os.chdir(work_dir)
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])

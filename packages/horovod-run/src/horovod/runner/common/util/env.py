@@ -2,6 +2,7 @@
 
 import os
 import re
+from horovod.runner.common.util import env_names
 
 # Driver variables never forwarded on a worker command line: shell functions, the previous
 # directory, GPU pinning (each host decides its own), and the job secret, which travels only
@@ -9,7 +10,7 @@ import re
 IGNORE_REGEXES = {"BASH_FUNC_.*", "OLDPWD", ".*CUDA_VISIBLE_DEVICES", "_HOROVOD_SECRET_KEY"}
 
 _RANK_SIZE_VARS = [
-    ("HOROVOD_RANK", "HOROVOD_SIZE"),
+    (env_names.RANK, env_names.SIZE),
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
     ("PMI_RANK", "PMI_SIZE"),
 ]
