@@ -46,7 +46,7 @@ def _allreduce_sum(value):
 
     from horovod.common import ops
     x = np.array([value], np.float64)
-    ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["allreduce.sum"], 1))
+    ops.wait(ops.allreduce_async([x], [x], ["allreduce.sum"], 1))
     return float(x[0])
 
 
@@ -93,7 +93,7 @@ def comm_process_set():
     result = {"ranks": ps.ranks, "id": ps.process_set_id}
     if world.Get_rank() % 2 == 0:
         x = np.array([world.Get_rank()], np.float64)
-        ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["allreduce.evens"], 1,
+        ops.wait(ops.allreduce_async([x], [x], ["allreduce.evens"], 1,
                                      process_set_id=ps.process_set_id))
         result["sum"] = float(x[0])
         result["comm_id"] = hvd._comm_process_set_id(evens)

@@ -43,7 +43,7 @@ def _adasum_cases():
     checked = 0
     for salt, (n, dtype) in enumerate(CASES):
         x = rank_vector(rank, n, dtype, salt)
-        ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], [f"allreduce.adasum.{salt}"], ADASUM))
+        ops.wait(ops.allreduce_async([x], [x], [f"allreduce.adasum.{salt}"], ADASUM))
         expected = reference([rank_vector(r, n, dtype, salt) for r in range(size)])
         tolerance = {"float16": 2e-2, "float32": 1e-5, "float64": 1e-12}[dtype]
         np.testing.assert_allclose(x.astype(np.float64), expected, rtol=tolerance, atol=tolerance)
@@ -51,14 +51,14 @@ def _adasum_cases():
     # Orthogonal vectors add up; equal vectors average.
     e = np.zeros(size * 2)
     e[rank] = 1.0
-    ops.wait(ops.allreduce_async(ops.new_handle(), [e], [e], ["allreduce.adasum.orthogonal"], ADASUM))
+    ops.wait(ops.allreduce_async([e], [e], ["allreduce.adasum.orthogonal"], ADASUM))
     assert np.array_equal(e, np.r_[np.ones(size), np.zeros(size)]), e
     same = np.full(5, 3.0)
-    ops.wait(ops.allreduce_async(ops.new_handle(), [same], [same], ["allreduce.adasum.same"], ADASUM))
+    ops.wait(ops.allreduce_async([same], [same], ["allreduce.adasum.same"], ADASUM))
     assert np.allclose(same, 3.0), same
     # Integer tensors are refused at once.
     try:
-        ops.allreduce_async(ops.new_handle(), [np.ones(3, np.int32)], [np.ones(3, np.int32)], ["allreduce.i"], ADASUM)
+        ops.allreduce_async([np.ones(3, np.int32)], [np.ones(3, np.int32)], ["allreduce.i"], ADASUM)
         raise AssertionError("int32 Adasum was accepted")
     except ValueError as e:
         assert "float16, float32 and float64" in str(e)
@@ -78,7 +78,7 @@ def _non_power_of_two():
     basics.init()
     x = np.ones(4, np.float32)
     try:
-        ops.allreduce_async(ops.new_handle(), [x], [x], ["allreduce.adasum"], ADASUM)
+        ops.allreduce_async([x], [x], ["allreduce.adasum"], ADASUM)
     except HorovodInternalError as e:
         return str(e)
     return "accepted"

@@ -45,7 +45,7 @@ def _train_until_tuned(max_steps=2000):
             for i, n in (reversed(order) if rank % 2 else order):
                 x = np.full(n, rank + 1 + step % 3, dtype=np.float32)
                 out = np.empty_like(x)
-                handles.append(ops.allreduce_async(ops.new_handle(), [x], [out], [f"grad.{i}"], 1))
+                handles.append(ops.allreduce_async([x], [out], [f"grad.{i}"], 1))
                 outputs.append(out)
             for h in handles:
                 ops.wait(h)
@@ -55,7 +55,7 @@ def _train_until_tuned(max_steps=2000):
             # Every rank reads its own engine's flag at its own moment; the Max makes them agree on
             # when to stop, so that no rank submits a step the others never run.
             flag = np.array([1 if _core.tuned_parameters()["tuning"] else 0], dtype=np.int32)
-            ops.wait(ops.allreduce_async(ops.new_handle(), [flag], [flag], ["still_tuning"], 4))
+            ops.wait(ops.allreduce_async([flag], [flag], ["still_tuning"], 4))
             if flag[0] == 0:
                 return _core.tuned_parameters(), step + 1
         raise AssertionError(f"autotune still running after {max_steps} steps: {_core.tuned_parameters()}")
@@ -203,7 +203,7 @@ def test_bayesian_optimization_finds_the_maximum_of_a_smooth_function(noise):
         return math.sin(x) + 0.1 * x  # on [0, 10]: a local maximum near 1.67, the global one near 7.95
 
     true_x = max((i / 1000 for i in range(10_001)), key=f)
-    bo = _core.BayesianOptimization([(0.0, 10.0)], noise)
+    bo = _core.testing.BayesianOptimization([(0.0, 10.0)], noise)
     tried = [1.0, 5.0, 9.0]
     for x in tried:
         bo.add_sample([x], f(x))
@@ -224,7 +224,7 @@ def test_bayesian_optimization_two_dimensions():
     def g(fusion, cycle):
         return -((fusion - 20) / 64) ** 2 - ((cycle - 10) / 100) ** 2
 
-    bo = _core.BayesianOptimization([(0.0, 64.0), (1.0, 100.0)], 0.8)
+    bo = _core.testing.BayesianOptimization([(0.0, 64.0), (1.0, 100.0)], 0.8)
     tried = list(TEST_POINTS)
     for p in tried:
         bo.add_sample(list(p), g(*p))
@@ -242,7 +242,7 @@ def test_bayesian_optimization_two_dimensions():
 def test_expected_improvement_is_zero_far_below_and_positive_near_the_best():
     from horovod.common import _core
 
-    bo = _core.BayesianOptimization([(0.0, 1.0)], 0.01)
+    bo = _core.testing.BayesianOptimization([(0.0, 1.0)], 0.01)
     for x, y in [(0.1, 0.0), (0.5, 1.0), (0.9, 0.0)]:
         bo.add_sample([x], y)
     assert bo.expected_improvement([0.5]) < 1e-3  # sampled, no uncertainty left to exploit
@@ -253,10 +253,10 @@ def test_bayesian_optimization_rejects_bad_input():
     from horovod.common import _core
 
     with pytest.raises(ValueError, match="low < high"):
-        _core.BayesianOptimization([(1.0, 1.0)], 0.5)
+        _core.testing.BayesianOptimization([(1.0, 1.0)], 0.5)
     with pytest.raises(ValueError, match="no dimension"):
-        _core.BayesianOptimization([], 0.5)
-    bo = _core.BayesianOptimization([(0.0, 1.0)], 0.5)
+        _core.testing.BayesianOptimization([], 0.5)
+    bo = _core.testing.BayesianOptimization([(0.0, 1.0)], 0.5)
     with pytest.raises(ValueError, match="wrong dimension"):
         bo.add_sample([0.1, 0.2], 1.0)
     assert bo.next_sample() == [0.5]  # no sample yet: the centre

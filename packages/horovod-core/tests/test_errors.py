@@ -22,8 +22,7 @@ def _setup():
 
 
 def _allreduce(ops, array, name, op=1):
-    h = ops.new_handle()
-    ops.allreduce_async(h, [array], [array], [name], op)
+    h = ops.allreduce_async([array], [array], [name], op)
     return ops.wait(h)
 
 
@@ -50,15 +49,13 @@ def _mismatch_then_recover():
         messages.append(str(e))
     # Allgather tensors that differ beyond the first dimension.
     try:
-        h = ops.new_handle()
-        ops.allgather_async(h, [np.ones((2, 2 + rank), np.int32)], ["allgather.dims"])
+        h = ops.allgather_async([np.ones((2, 2 + rank), np.int32)], ["allgather.dims"])
         ops.wait(h)
     except HorovodInternalError as e:
         messages.append(str(e))
     # Broadcast with different roots.
     try:
-        h = ops.new_handle()
-        ops.broadcast_async(h, [np.ones(2, np.int32)], ["broadcast.root"], rank)
+        h = ops.broadcast_async([np.ones(2, np.int32)], ["broadcast.root"], rank)
         ops.wait(h)
     except HorovodInternalError as e:
         messages.append(str(e))
@@ -86,10 +83,9 @@ def test_mismatches_fail_on_every_rank_then_engine_recovers():
 def _duplicate_name():
     basics, ops = _setup()
     a, b = np.ones(2, np.float32), np.ones(2, np.float32)
-    h = ops.new_handle()
-    ops.allreduce_async(h, [a], [a], ["allreduce.same"], 1)
+    h = ops.allreduce_async([a], [a], ["allreduce.same"], 1)
     try:
-        ops.allreduce_async(ops.new_handle(), [b], [b], ["allreduce.same"], 1)
+        ops.allreduce_async([b], [b], ["allreduce.same"], 1)
     except ValueError as e:
         error = str(e)
     else:
@@ -207,7 +203,7 @@ def test_queries_before_init():
     with pytest.raises(ValueError, match="init"):
         basics.rank()
     with pytest.raises(HorovodInternalError, match="init"):
-        ops.new_handle()
+        ops.barrier_async()
 
 
 def test_exit_with_work_in_flight_does_not_abort(tmp_path):
@@ -220,7 +216,7 @@ def test_exit_with_work_in_flight_does_not_abort(tmp_path):
         HorovodBasics().init()
         arrays = [np.ones(1000, np.float32) for _ in range(50)]
         for i, a in enumerate(arrays):
-            ops.allreduce_async(ops.new_handle(), [a], [a], [f"t{i}"], 1)
+            ops.allreduce_async([a], [a], [f"t{i}"], 1)
         print("leaving")
     """))
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)

@@ -73,7 +73,7 @@ def test_cpu_only_build_refuses_cuda_tensor():
         from horovod.common import ops
         x = torch.ones(4, device="cuda")
         with pytest.raises(ValueError, match="supports CPU tensors only"):
-            ops.allreduce_async(ops.new_handle(), [x], [x], ["x"], 1)
+            ops.allreduce_async([x], [x], ["x"], 1)
     finally:
         basics.shutdown()
 
@@ -94,8 +94,7 @@ def _allreduce_every_dtype():
                 host = (np.arange(12).reshape(3, 4) % 5 + rank).astype(dtype)
                 x = torch.from_numpy(host).cuda()
                 out = torch.empty_like(x)
-                h = ops.new_handle()
-                ops.allreduce_async(h, [x], [out], [f"ar.{dtype}.{op}.{scale}"], op, scale, 1.0, 0, stream)
+                h = ops.allreduce_async([x], [out], [f"ar.{dtype}.{op}.{scale}"], op, scale, 1.0, 0, stream)
                 ops.wait(h)
                 expected = sum((np.arange(12).reshape(3, 4) % 5 + r).astype("float64") * scale for r in range(size))
                 if op == 0:
@@ -106,8 +105,7 @@ def _allreduce_every_dtype():
                 np.testing.assert_allclose(out.cpu().numpy().astype("float64"), expected, rtol=1e-3)
                 checked += 1
         # An engine-allocated output comes back on the input's device.
-        h = ops.new_handle()
-        ops.allgather_async(h, [torch.full((2,), rank, device="cuda")], ["ag"], 0, stream)
+        h = ops.allgather_async([torch.full((2,), rank, device="cuda")], ["ag"], 0, stream)
         gathered = torch.from_dlpack(ops.wait(h)[0])
         assert gathered.is_cuda and gathered.device.index == torch.cuda.current_device()
         assert gathered.cpu().tolist() == [float(r) for r in range(size) for _ in range(2)]
@@ -133,9 +131,8 @@ def _mixed_devices():
     basics.init()
     try:
         x = torch.ones(4, device="cuda") if basics.rank() == 1 else torch.ones(4)
-        h = ops.new_handle()
-        ops.allreduce_async(h, [x], [x], ["mixed"], 1, 1.0, 1.0, 0,
-                            torch.cuda.current_stream().cuda_stream if x.is_cuda else 0)
+        h = ops.allreduce_async([x], [x], ["mixed"], 1, 1.0, 1.0, 0,
+                                torch.cuda.current_stream().cuda_stream if x.is_cuda else 0)
         try:
             ops.wait(h)
         except RuntimeError as e:

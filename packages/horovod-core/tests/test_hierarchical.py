@@ -127,7 +127,7 @@ def _random_allreduces(seed_base):
         # needs a power-of-two number of ranks.
         if basics.size() & (basics.size() - 1) == 0:
             x = np.random.default_rng([seed_base, rank, 5]).standard_normal(4099).astype(np.float32)
-            ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["r.adasum"], 2))
+            ops.wait(ops.allreduce_async([x], [x], ["r.adasum"], 2))
             out["adasum"] = x
         return out, _stats(core)
     finally:
@@ -276,12 +276,12 @@ def _train_until_tuned(max_steps=3000):
             for i, n in enumerate([5, 4000, 70_001]):
                 x = np.full(n, rank + 1 + step % 3, dtype=np.float32)
                 out = np.empty_like(x)
-                outs.append((ops.allreduce_async(ops.new_handle(), [x], [out], [f"grad.{i}"], 1), out))
+                outs.append((ops.allreduce_async([x], [out], [f"grad.{i}"], 1), out))
             for h, out in outs:
                 ops.wait(h)
                 np.testing.assert_array_equal(out, np.float32(size * (size + 1) / 2 + size * (step % 3)))
             flag = np.array([1 if _core.tuned_parameters()["tuning"] else 0], dtype=np.int32)
-            ops.wait(ops.allreduce_async(ops.new_handle(), [flag], [flag], ["still_tuning"], 4))
+            ops.wait(ops.allreduce_async([flag], [flag], ["still_tuning"], 4))
             if flag[0] == 0:
                 return dict(_core.tuned_parameters()), _stats(_core)
         raise AssertionError(f"autotune still running after {max_steps} steps")

@@ -34,7 +34,7 @@ WORKER = textwrap.dedent("""
     rank, size = hvd.rank(), hvd.size()
     inputs = [np.random.default_rng(seed).standard_normal(1000) for seed in range(size)]
     x = inputs[rank].copy()
-    ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["wheel.sum"], 1))
+    ops.wait(ops.allreduce_async([x], [x], ["wheel.sum"], 1))
     libmpi = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libmpi.so" in line})
     result = {"rank": rank, "size": size, "mpi_enabled": hvd.mpi_enabled(), "mpi_built": hvd.mpi_built(),
               "max_error": float(np.max(np.abs(x - np.sum(inputs, axis=0)))), "libmpi": libmpi}

@@ -34,8 +34,7 @@ def _worker():
     owner = _Owner()
     watch = weakref.ref(owner)
     array = np.full(4, float(rank + 1), np.float32)
-    h = ops.new_handle()
-    ops.allreduce_async(h, [array], [array], ops.op_names('allreduce', 'kept'), 1, context=(owner, 'extra'))
+    h = ops.allreduce_async([array], [array], ops.op_names('allreduce', 'kept'), 1, context=(owner, 'extra'))
     del owner
     gc.collect()
     facts['alive_while_in_flight'] = watch() is not None and ops.in_flight(h)
@@ -46,16 +45,15 @@ def _worker():
     facts['sum'] = array.tolist()
 
     # A submission the core refuses leaves no entry (root rank outside the world).
-    h = ops.new_handle()
     try:
-        ops.broadcast_async(h, [np.zeros(2, np.float32)], ops.op_names('broadcast', 'bad'), size + 5,
-                            context='refused')
+        h = ops.broadcast_async([np.zeros(2, np.float32)], ops.op_names('broadcast', 'bad'), size + 5,
+                                context='refused')
         facts['refused'] = 'accepted'
     except ValueError:
         facts['refused'] = ops.in_flight(h)
 
     # Shutdown drops whatever is still in flight (a handle nobody waits for) and the counters.
-    left = ops.allgather_async(ops.new_handle(), [np.ones(1, np.int32)], ops.op_names('allgather', 'left'),
+    left = ops.allgather_async([np.ones(1, np.int32)], ops.op_names('allgather', 'left'),
                                context='left over')
     facts['left_in_flight'] = ops.in_flight(left)
     ops.barrier()  # every rank has submitted it (so none is refused for a shutdown of the others)

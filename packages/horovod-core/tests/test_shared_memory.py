@@ -67,8 +67,7 @@ def _transport_suite():
     # A negotiation message longer than a slot: 4000 new tensors with long names in one group.
     names = [f"shm.group.{i}." + "x" * 300 for i in range(4000)]
     tensors = [np.full(3, rank + i, np.int32) for i in range(4000)]
-    h = ops.new_handle()
-    ops.allreduce_async(h, tensors, tensors, names, SUM)
+    h = ops.allreduce_async(tensors, tensors, names, SUM)
     ops.wait(h)
     total = sum(range(size))
     for i, t in enumerate(tensors):
@@ -145,8 +144,7 @@ def _pieces_suite():
     outputs = [np.empty_like(t) for t in tensors]
     handles = []
     for i, (t, o) in enumerate(zip(tensors, outputs, strict=True)):
-        h = ops.new_handle()
-        ops.allreduce_async(h, [t], [o], [f"pieces.async.{i}"], SUM)
+        h = ops.allreduce_async([t], [o], [f"pieces.async.{i}"], SUM)
         handles.append(h)
     for h in handles:
         ops.wait(h)

@@ -26,7 +26,7 @@ def _stall(log_path, warm_up_steps):
 
     def allreduce(name):
         x = np.ones(4, np.float32)
-        ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], [name], 1))
+        ops.wait(ops.allreduce_async([x], [x], [name], 1))
 
     # Steps every rank takes: after them the tensor is in the response cache.
     for _ in range(warm_up_steps):
@@ -75,7 +75,7 @@ def _warn_only(log_path):
     if basics.rank() == 1:
         time.sleep(3.5)  # late, but not forever: the operation completes
     x = np.ones(4, np.float32)
-    ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["allreduce.late"], 1))
+    ops.wait(ops.allreduce_async([x], [x], ["allreduce.late"], 1))
     return float(x[0])
 
 

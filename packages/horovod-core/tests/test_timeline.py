@@ -23,8 +23,7 @@ def _setup():
 
 
 def _allreduce(ops, array, name):
-    h = ops.new_handle()
-    ops.allreduce_async(h, [array], [array], [name], 1)
+    h = ops.allreduce_async([array], [array], [name], 1)
     ops.wait(h)
     return array
 
@@ -173,7 +172,7 @@ def _killed_while_recording():
         _allreduce(ops, np.ones((2, 3), np.float32), TENSOR)
     if rank == 0:
         # Queue an op rank 1 never submits: its negotiation is being recorded, cycles keep marking.
-        ops.allreduce_async(ops.new_handle(), [np.ones(4, np.float32)], [np.ones(4, np.float32)],
+        ops.allreduce_async([np.ones(4, np.float32)], [np.ones(4, np.float32)],
                             ["allreduce.never_finished"], 1)
         time.sleep(0.3)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -26,12 +26,12 @@ TRAINING_WORKER = textwrap.dedent("""
         handles = []
         for i, n in enumerate(sizes):
             x = np.ones(n, dtype=np.float32)
-            handles.append((ops.allreduce_async(ops.new_handle(), [x], [x], ["g%d" % i], 1), x))
+            handles.append((ops.allreduce_async([x], [x], ["g%d" % i], 1), x))
         for h, x in handles:
             ops.wait(h)
             assert (x == basics.size()).all()
         flag = np.array([int(_core.tuned_parameters()["tuning"])], dtype=np.int32)
-        ops.wait(ops.allreduce_async(ops.new_handle(), [flag], [flag], ["tuning"], 4))
+        ops.wait(ops.allreduce_async([flag], [flag], ["tuning"], 4))
         if flag[0] == 0:
             break
     params = _core.tuned_parameters()

@@ -15,8 +15,7 @@ WORKER = textwrap.dedent("""
     hvd = HorovodBasics()
     hvd.init()
     x = np.full(4, hvd.rank() + 1, dtype=np.float32)
-    handle = ops.new_handle()
-    ops.allreduce_async(handle, [x], [x], ["allreduce.x"], hvd.Sum)
+    handle = ops.allreduce_async([x], [x], ["allreduce.x"], hvd.Sum)
     ops.wait(handle)
     print("rank %d size %d local %d sum %s" % (hvd.rank(), hvd.size(), hvd.local_rank(),
                                                x.tolist()))

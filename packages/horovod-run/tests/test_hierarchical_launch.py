@@ -25,11 +25,11 @@ WORKER = textwrap.dedent("""
     rank, size = hvd.rank(), hvd.size()
     for n in (1, 7, 100_003):
         x = np.arange(n, dtype=np.int64) * (rank + 1)
-        ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["x%d" % n], hvd.Sum))
+        ops.wait(ops.allreduce_async([x], [x], ["x%d" % n], hvd.Sum))
         assert np.array_equal(x, np.arange(n, dtype=np.int64) * (size * (size + 1) // 2)), (n, x)
     rows = rank % 3
     y = np.full((rows, 2), rank, dtype=np.float32)
-    g = np.asarray(ops.wait(ops.allgather_async(ops.new_handle(), [y], ["y"]))[0])
+    g = np.asarray(ops.wait(ops.allgather_async([y], ["y"]))[0])
     expected = np.concatenate([np.full((r % 3, 2), r, dtype=np.float32) for r in range(size)])
     assert np.array_equal(g, expected), g
     print("RESULT " + json.dumps({

@@ -47,7 +47,7 @@ TOPOLOGY_WORKER = textwrap.dedent("""
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     x = np.arange(1000, dtype=np.float64) * (rank + 1)
-    ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["x"], hvd.Sum))
+    ops.wait(ops.allreduce_async([x], [x], ["x"], hvd.Sum))
     ok = bool(np.array_equal(x, np.arange(1000, dtype=np.float64) * (size * (size + 1) // 2)))
     print("RESULT " + json.dumps({
         "rank": rank, "size": size, "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
@@ -84,7 +84,7 @@ LOOPING_WORKER = textwrap.dedent("""
     step = 0
     while True:
         x = np.ones(1000)
-        ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["step%d" % step], hvd.Sum))
+        ops.wait(ops.allreduce_async([x], [x], ["step%d" % step], hvd.Sum))
         step += 1
         time.sleep(0.01)
 """)

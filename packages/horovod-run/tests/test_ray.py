@@ -163,7 +163,7 @@ def _job_facts():
     hvd = HorovodBasics()
     hvd.init()
     x = np.arange(6, dtype=np.float64) * (hvd.rank() + 1) + hvd.rank()
-    ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["ray.test.sum"], HorovodBasics.Sum))
+    ops.wait(ops.allreduce_async([x], [x], ["ray.test.sum"], HorovodBasics.Sum))
     return {
         "rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
         "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(), "sum": x.tolist(),
@@ -453,7 +453,7 @@ def _allreduce_forever():
     i = 0
     while time.monotonic() < deadline:
         x = np.ones(1000)
-        ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["forever.%d" % (i % 8)], HorovodBasics.Sum))
+        ops.wait(ops.allreduce_async([x], [x], ["forever.%d" % (i % 8)], HorovodBasics.Sum))
         i += 1
     return i
 
@@ -591,10 +591,10 @@ def _elastic_train(gate, min_steps, step_sleep_s):
     def bcast_object(obj):
         data = np.frombuffer(pickle.dumps(obj), np.uint8).copy() if hvd.rank() == 0 else None
         n = np.array([0 if data is None else data.size], np.int64)
-        ops.wait(ops.broadcast_async(ops.new_handle(), [n], ["test.bcast.n"], 0))
+        ops.wait(ops.broadcast_async([n], ["test.bcast.n"], 0))
         if data is None:
             data = np.zeros(int(n[0]), np.uint8)
-        ops.wait(ops.broadcast_async(ops.new_handle(), [data], ["test.bcast.data"], 0))
+        ops.wait(ops.broadcast_async([data], ["test.bcast.data"], 0))
         return pickle.loads(data.tobytes())
 
     def reset():
@@ -607,7 +607,7 @@ def _elastic_train(gate, min_steps, step_sleep_s):
             idx = _elastic_batch(state.step)[hvd.rank()::hvd.size()]
             stop = float(hvd.rank() == 0 and state.step >= min_steps and os.path.exists(gate))
             buf = np.concatenate([_elastic_grad(state.w, X[idx], y[idx]), [stop]])
-            ops.wait(ops.allreduce_async(ops.new_handle(), [buf], [buf], ["test.grad"], HorovodBasics.Sum))
+            ops.wait(ops.allreduce_async([buf], [buf], ["test.grad"], HorovodBasics.Sum))
             state.w = state.w - ELASTIC_LR * buf[:4] / ELASTIC_BATCH
             state.step += 1
             ray_logger.log({"rank": hvd.rank(), "size": hvd.size(), "step": state.step, "pid": os.getpid(),

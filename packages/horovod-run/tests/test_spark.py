@@ -281,7 +281,7 @@ def _job_facts():
     hvd = HorovodBasics()
     hvd.init()
     x = np.arange(6, dtype=np.float64) * (hvd.rank() + 1) + hvd.rank()
-    ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["spark.test.sum"], HorovodBasics.Sum))
+    ops.wait(ops.allreduce_async([x], [x], ["spark.test.sum"], HorovodBasics.Sum))
     facts = {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
              "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(), "sum": x.tolist(),
              "host": os.environ.get("HOROVOD_HOSTNAME"), "pid": os.getpid(), "ppid": os.getppid(),
@@ -427,7 +427,7 @@ def test_allgather_pairs_in_rank_order(sc):
         hvd = HorovodBasics()
         hvd.init()
         x = np.array([hvd.rank()], dtype=np.int64)
-        (out,) = ops.wait(ops.allgather_async(ops.new_handle(), [x], ["spark.test.gather"]))
+        (out,) = ops.wait(ops.allgather_async([x], ["spark.test.gather"]))
         print("gathered", os.environ["HOROVOD_GLOO_IFACE"], os.environ["NCCL_SOCKET_IFNAME"])
         return [int(v) for v in np.asarray(out)], hvd.rank()
 
@@ -554,7 +554,7 @@ def _allreduce_until_killed(marker_dir):
     i = 0
     while time.monotonic() < deadline:
         x = np.ones(1000)
-        ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], ["forever.%d" % (i % 8)], HorovodBasics.Sum))
+        ops.wait(ops.allreduce_async([x], [x], ["forever.%d" % (i % 8)], HorovodBasics.Sum))
         time.sleep(0.01)
         i += 1
     return i
@@ -654,10 +654,10 @@ def _bcast_object(obj):
     root = HorovodBasics().rank() == 0
     data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy() if root else np.zeros(0, np.uint8)
     n = np.array([data.size], dtype=np.int64)
-    ops.wait(ops.broadcast_async(ops.new_handle(), [n], ["test.obj.len"], 0))
+    ops.wait(ops.broadcast_async([n], ["test.obj.len"], 0))
     if not root:
         data = np.zeros(int(n[0]), np.uint8)
-    ops.wait(ops.broadcast_async(ops.new_handle(), [data], ["test.obj.data.%d" % data.size], 0))
+    ops.wait(ops.broadcast_async([data], ["test.obj.data.%d" % data.size], 0))
     return pickle.loads(data.tobytes())
 
 
@@ -686,7 +686,7 @@ def _elastic_train(marker_dir, target_size, min_steps, max_steps, fail=None):
             batch = np.arange(state.step * BATCH, (state.step + 1) * BATCH) % N_SAMPLES
             mine = batch[hvd.rank()::hvd.size()]
             grad = 2 * (X[mine] @ state.w - y[mine]) @ X[mine]
-            ops.wait(ops.allreduce_async(ops.new_handle(), [grad], [grad], ["test.grad"], HorovodBasics.Sum))
+            ops.wait(ops.allreduce_async([grad], [grad], ["test.grad"], HorovodBasics.Sum))
             state.w = state.w - LR * grad / BATCH
             state.step += 1
             if not state.sizes or state.sizes[-1] != hvd.size():

@@ -70,55 +70,47 @@ class NumpyAdapter:
 
     def allreduce(self, tensor, op, prescale, postscale, name, inplace, process_set=None):
         output = tensor if inplace else np.empty_like(tensor)
-        h = self.ops.new_handle()
-        self.ops.allreduce_async(h, [tensor], [output], self.ops.op_names("allreduce", name), op, prescale, postscale,
-                                 self._set_id(process_set))
+        h = self.ops.allreduce_async([tensor], [output], self.ops.op_names("allreduce", name), op, prescale, postscale,
+                                     self._set_id(process_set))
         self.ops.wait(h)
         return output
 
     def grouped_allreduce(self, tensors, op, name, inplace, process_set=None):
         outputs = tensors if inplace else [np.empty_like(t) for t in tensors]
-        h = self.ops.new_handle()
         names = self.ops.op_names("grouped_allreduce", name, count=len(tensors))
-        self.ops.allreduce_async(h, tensors, outputs, names, op, process_set_id=self._set_id(process_set))
+        h = self.ops.allreduce_async(tensors, outputs, names, op, process_set_id=self._set_id(process_set))
         self.ops.wait(h)
         return outputs
 
     def allgather(self, tensor, name, process_set=None):
-        h = self.ops.new_handle()
-        self.ops.allgather_async(h, [tensor], self.ops.op_names("allgather", name), self._set_id(process_set))
+        h = self.ops.allgather_async([tensor], self.ops.op_names("allgather", name), self._set_id(process_set))
         return np.asarray(self.ops.wait(h)[0])
 
     def grouped_allgather(self, tensors, name, process_set=None):
-        h = self.ops.new_handle()
-        self.ops.allgather_async(h, tensors, self.ops.op_names("grouped_allgather", name, count=len(tensors)),
-                                 self._set_id(process_set))
+        h = self.ops.allgather_async(tensors, self.ops.op_names("grouped_allgather", name, count=len(tensors)),
+                                     self._set_id(process_set))
         return [np.asarray(out) for out in self.ops.wait(h)]
 
     def broadcast(self, tensor, root_rank, name, inplace, process_set=None):
         target = tensor if inplace else tensor.copy()
-        h = self.ops.new_handle()
-        self.ops.broadcast_async(h, [target], self.ops.op_names("broadcast", name), root_rank,
-                                 self._set_id(process_set))
+        h = self.ops.broadcast_async([target], self.ops.op_names("broadcast", name), root_rank,
+                                     self._set_id(process_set))
         self.ops.wait(h)
         return target
 
     def alltoall(self, tensor, splits, name, process_set=None):
-        h = self.ops.new_handle()
-        self.ops.alltoall_async(h, tensor, splits, self.ops.op_name("alltoall", name), self._set_id(process_set))
+        h = self.ops.alltoall_async(tensor, splits, self.ops.op_name("alltoall", name), self._set_id(process_set))
         output, received_splits = self.ops.wait(h)
         return np.asarray(output), np.asarray(received_splits)
 
     def reducescatter(self, tensor, op, name, process_set=None, prescale=1.0, postscale=1.0):
-        h = self.ops.new_handle()
-        self.ops.reducescatter_async(h, [tensor], self.ops.op_names("reducescatter", name), op, prescale, postscale,
-                                     self._set_id(process_set))
+        h = self.ops.reducescatter_async([tensor], self.ops.op_names("reducescatter", name), op, prescale, postscale,
+                                         self._set_id(process_set))
         return np.asarray(self.ops.wait(h)[0])
 
     def grouped_reducescatter(self, tensors, op, name, process_set=None):
-        h = self.ops.new_handle()
-        self.ops.reducescatter_async(h, tensors, self.ops.op_names("grouped_reducescatter", name, count=len(tensors)),
-                                     op, process_set_id=self._set_id(process_set))
+        h = self.ops.reducescatter_async(tensors, self.ops.op_names("grouped_reducescatter", name, count=len(tensors)),
+                                         op, process_set_id=self._set_id(process_set))
         return [np.asarray(out) for out in self.ops.wait(h)]
 
     def barrier(self, process_set=None):

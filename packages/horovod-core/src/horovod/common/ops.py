@@ -105,12 +105,8 @@ def in_flight(handle):
     return handle in _in_flight
 
 
-def new_handle():
-    """The next handle of this process's counter (1, 2, ...; restarts after init)."""
-    return _core.new_handle()
 
-
-def allreduce_async(handle, inputs, outputs, names, op, prescale_factor=1.0, postscale_factor=1.0,
+def allreduce_async(inputs, outputs, names, op, prescale_factor=1.0, postscale_factor=1.0,
                     process_set_id=0, stream=0, context=None):
     """Queues an allreduce of ``inputs`` (a group, negotiated and executed together, when there
     are several) into ``outputs`` (``outputs[i]`` may be ``inputs[i]``: in place).
@@ -118,33 +114,33 @@ def allreduce_async(handle, inputs, outputs, names, op, prescale_factor=1.0, pos
     ``result = postscale_factor * REDUCE_ranks(prescale_factor * x)``; ``op`` is Average (0, Sum
     then division by the process set size), Sum (1), Min (3), Max (4) or Product (5). Inputs and
     outputs must match in dtype and shape. A rank that has joined contributes zeros. Returns
-    ``handle``; ``wait`` returns ``[None] * len(inputs)``."""
-    _core.enqueue_allreduce(handle, inputs, outputs, names, op, prescale_factor, postscale_factor,
-                            process_set_id, stream)
+    its handle; ``wait`` returns ``[None] * len(inputs)``."""
+    handle = _core.enqueue_allreduce(inputs, outputs, names, op, prescale_factor, postscale_factor,
+                                     process_set_id, stream)
     _in_flight[handle] = ((inputs, outputs), context)
     return handle
 
 
-def allgather_async(handle, inputs, names, process_set_id=0, stream=0, context=None):
+def allgather_async(inputs, names, process_set_id=0, stream=0, context=None):
     """Queues an allgather of each input (a group when there are several): the ranks' tensors
     concatenated along dimension 0 in set-rank order (first dimensions may differ between ranks;
     the others must agree; scalars are refused at negotiation). ``wait`` returns one
-    engine-allocated array per input. Returns ``handle``."""
-    _core.enqueue_allgather(handle, inputs, names, process_set_id, stream)
+    engine-allocated array per input. Returns its handle."""
+    handle = _core.enqueue_allgather(inputs, names, process_set_id, stream)
     _in_flight[handle] = ((inputs,), context)
     return handle
 
 
-def broadcast_async(handle, tensors, names, root_rank, process_set_id=0, stream=0, context=None):
+def broadcast_async(tensors, names, root_rank, process_set_id=0, stream=0, context=None):
     """Queues a broadcast of the root's ``tensors`` into the other ranks' ``tensors`` (in place;
     the root's data is unchanged). ``root_rank`` is a global rank and must belong to the set.
-    Returns ``handle``; ``wait`` returns ``[None] * len(tensors)``."""
-    _core.enqueue_broadcast(handle, tensors, names, root_rank, process_set_id, stream)
+    Returns its handle; ``wait`` returns ``[None] * len(tensors)``."""
+    handle = _core.enqueue_broadcast(tensors, names, root_rank, process_set_id, stream)
     _in_flight[handle] = ((tensors,), context)
     return handle
 
 
-def alltoall_async(handle, tensor, splits, name, process_set_id=0, stream=0, context=None):
+def alltoall_async(tensor, splits, name, process_set_id=0, stream=0, context=None):
     """Queues an alltoall of ``tensor`` (ndim >= 1) along dimension 0 (spec core.md §6.6).
 
     Args:
@@ -154,48 +150,46 @@ def alltoall_async(handle, tensor, splits, name, process_set_id=0, stream=0, con
 
     ``wait`` returns ``[output, received_splits]``: the received blocks concatenated in sender
     order, and a 1-D int32 array of the rows received from each member. Raises ValueError at once
-    for invalid splits. Returns ``handle``."""
-    _core.enqueue_alltoall(handle, tensor, splits, name, process_set_id, stream)
+    for invalid splits. Returns its handle."""
+    handle = _core.enqueue_alltoall(tensor, splits, name, process_set_id, stream)
     _in_flight[handle] = ((tensor, splits), context)
     return handle
 
 
-def reducescatter_async(handle, inputs, names, op, prescale_factor=1.0, postscale_factor=1.0,
+def reducescatter_async(inputs, names, op, prescale_factor=1.0, postscale_factor=1.0,
                         process_set_id=0, stream=0, context=None):
     """Queues a reducescatter of each input (a group when there are several): the element-wise
     reduction (``op``: Average (0) or Sum (1); any other op raises HorovodInternalError at once)
     split along dimension 0, set member ``r`` receiving ``dim0 // n + (r < dim0 % n)`` rows.
-    ``wait`` returns one engine-allocated array per input. Returns ``handle``."""
-    _core.enqueue_reducescatter(handle, inputs, names, op, prescale_factor, postscale_factor,
-                                process_set_id, stream)
+    ``wait`` returns one engine-allocated array per input. Returns its handle."""
+    handle = _core.enqueue_reducescatter(inputs, names, op, prescale_factor, postscale_factor,
+                                         process_set_id, stream)
     _in_flight[handle] = ((inputs,), context)
     return handle
 
 
-def barrier_async(handle, process_set_id=0):
+def barrier_async(process_set_id=0):
     """Queues a barrier over the set's ranks; ``wait`` returns ``[]`` once every member has
-    reached it. Returns ``handle``."""
-    _core.enqueue_barrier(handle, process_set_id)
-    return handle
+    reached it. Returns its handle."""
+    return _core.enqueue_barrier(process_set_id)
 
 
-def join_async(handle):
+def join_async():
     """Queues a join on the global set: this rank has no more data. Until every rank has joined,
     this rank contributes zeros to the allreduces the others submit. ``wait`` returns ``[last]``,
-    the global rank (a Python int) that joined last. Returns ``handle``."""
-    _core.enqueue_join(handle)
-    return handle
+    the global rank (a Python int) that joined last. Returns its handle."""
+    return _core.enqueue_join()
 
 
 def join():
     """Joins and blocks until every rank has joined; returns the global rank that joined last."""
-    h = join_async(new_handle())
+    h = join_async()
     return wait(h)[0]
 
 
 def barrier(process_set_id=0):
     """Blocks until every member of the set has reached this barrier."""
-    wait(barrier_async(new_handle(), process_set_id))
+    wait(barrier_async(process_set_id))
 
 
 def poll(handle):

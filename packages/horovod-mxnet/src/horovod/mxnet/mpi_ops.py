@@ -173,9 +173,8 @@ def _start_allreduce(tensors, outputs, average, name, op, prescale_factor, posts
     # consumes it: an in-place array needs one capsule as input and another as output).
     inputs = [_dlpack.for_read(t) for t in tensors]
     targets = [_dlpack.for_write(o) for o in outputs]
-    handle = _ops.new_handle()
-    _ops.allreduce_async(handle, inputs, targets, names, op, float(prescale_factor),
-                         float(postscale_factor), set_id, context=(tuple(tensors), tuple(outputs)))
+    handle = _ops.allreduce_async(inputs, targets, names, op, float(prescale_factor),
+                                  float(postscale_factor), set_id, context=(tuple(tensors), tuple(outputs)))
     return handle
 
 
@@ -280,9 +279,8 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
 def _start_allgather(tensors, name, process_set, grouped):
     set_id = _process_set_id(process_set)
     names = _engine_names('allgather', name, set_id, len(tensors) if grouped else None)
-    handle = _ops.new_handle()
-    _ops.allgather_async(handle, [_dlpack.for_read(t) for t in tensors], names, set_id,
-                         context=tuple(tensors))
+    handle = _ops.allgather_async([_dlpack.for_read(t) for t in tensors], names, set_id,
+                                  context=tuple(tensors))
     return handle
 
 
@@ -341,9 +339,8 @@ def _start_broadcast(tensor, output, root_rank, name, process_set):
         raise ValueError(f'root_rank must be an int (a global rank), got {root_rank!r}.')
     set_id = _process_set_id(process_set)
     names = _engine_names('broadcast', name, set_id)
-    handle = _ops.new_handle()
-    _ops.broadcast_async(handle, [_dlpack.for_write(output)], names, root_rank, set_id,
-                         context=(tensor, output))
+    handle = _ops.broadcast_async([_dlpack.for_write(output)], names, root_rank, set_id,
+                                  context=(tensor, output))
     return handle
 
 
@@ -454,9 +451,8 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
         engine_splits = _splits_list(splits)
         set_id = _process_set_id(process_set)
         [engine_name] = _engine_names('alltoall', name, set_id)
-        handle = _ops.new_handle()
-        _ops.alltoall_async(handle, _dlpack.for_read(tensor), engine_splits, engine_name, set_id,
-                            context=tensor)
+        handle = _ops.alltoall_async(_dlpack.for_read(tensor), engine_splits, engine_name, set_id,
+                                     context=tensor)
     except ValueError as error:
         if isinstance(error, AlltoallArgumentError):
             raise
@@ -476,10 +472,9 @@ def _start_reducescatter(tensors, name, op, process_set, prescale_factor, postsc
                              'splits dimension 0), got a scalar.')
     set_id = _process_set_id(process_set)
     names = _engine_names('reducescatter', name, set_id, len(tensors) if grouped else None)
-    handle = _ops.new_handle()
-    _ops.reducescatter_async(handle, [_dlpack.for_read(t) for t in tensors], names, op,
-                             float(prescale_factor), float(postscale_factor), set_id,
-                             context=tuple(tensors))
+    handle = _ops.reducescatter_async([_dlpack.for_read(t) for t in tensors], names, op,
+                                      float(prescale_factor), float(postscale_factor), set_id,
+                                      context=tuple(tensors))
     return handle
 
 

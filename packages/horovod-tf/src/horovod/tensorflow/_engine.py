@@ -160,12 +160,11 @@ def tf_errors():
 
 def _start(kind, arrays, names, params):
     arrays = [_as_input(a) for a in arrays]
-    handle = _ops.new_handle()
     set_id = params["set_id"]
     if kind == "allreduce":
         outputs = [aligned_empty(tuple(a.shape), _numpy_dtype(a)) for a in arrays]
-        _ops.allreduce_async(handle, arrays, outputs, names, params["op"], params["prescale"],
-                             params["postscale"], set_id, context=(kind, outputs, names))
+        handle = _ops.allreduce_async(arrays, outputs, names, params["op"], params["prescale"],
+                                      params["postscale"], set_id, context=(kind, outputs, names))
     elif kind == "allgather":
         _ops.allgather_async(handle, arrays, names, set_id, context=(kind, None, names))
     elif kind == "broadcast":

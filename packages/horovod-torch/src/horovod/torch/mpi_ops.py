@@ -151,16 +151,15 @@ def _submit_allreduce(prefix, inputs, outputs, average, name, op, prescale_facto
     op = handle_average_backwards_compatibility(op, average)
     set_id = _process_set_id(process_set)
     _check_reduce_op(op, process_set)
-    handle = _ops.new_handle()
     names = _ops.op_names(prefix, name, set_id, len(inputs) if grouped else None)
     exported = [_export(t) for t in inputs]
     # outputs None: in place, the engine writes into the inputs themselves (the same objects are
     # passed as outputs, which the core imports once).
     given = inputs if outputs is None else outputs
-    _ops.allreduce_async(handle, exported,
-                         exported if outputs is None else [_export(t) for t in outputs],
-                         names, op, float(prescale_factor), float(postscale_factor), set_id,
-                         _stream(inputs), context=(tuple(inputs), given if grouped else given[0]))
+    handle = _ops.allreduce_async(exported,
+                                  exported if outputs is None else [_export(t) for t in outputs],
+                                  names, op, float(prescale_factor), float(postscale_factor), set_id,
+                                  _stream(inputs), context=(tuple(inputs), given if grouped else given[0]))
     return handle
 
 
@@ -305,9 +304,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """
     _check_tensor(tensor, _MOVE_DTYPES, 'allgather')
     set_id = _process_set_id(process_set)
-    handle = _ops.new_handle()
-    _ops.allgather_async(handle, [tensor.detach()], _ops.op_names('allgather', name, set_id),
-                         set_id, _stream([tensor]), context=((tensor,), None))
+    handle = _ops.allgather_async([tensor.detach()], _ops.op_names('allgather', name, set_id),
+                                  set_id, _stream([tensor]), context=((tensor,), None))
     return handle
 
 
@@ -315,9 +313,8 @@ def _submit_broadcast(tensor, output, root_rank, name, process_set):
     set_id = _process_set_id(process_set)
     if isinstance(root_rank, bool) or not isinstance(root_rank, int):
         raise ValueError(f'root_rank must be an int (a global rank), got {root_rank!r}.')
-    handle = _ops.new_handle()
-    _ops.broadcast_async(handle, [output.detach()], _ops.op_names('broadcast', name, set_id),
-                         root_rank, set_id, _stream([output]), context=((tensor,), output))
+    handle = _ops.broadcast_async([output.detach()], _ops.op_names('broadcast', name, set_id),
+                                  root_rank, set_id, _stream([output]), context=((tensor,), output))
     return handle
 
 
@@ -386,10 +383,9 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """
     _check_tensor_list(tensors, _MOVE_DTYPES, 'grouped_allgather')
     set_id = _process_set_id(process_set)
-    handle = _ops.new_handle()
-    _ops.allgather_async(handle, [t.detach() for t in tensors],
-                         _ops.op_names('grouped_allgather', name, set_id, len(tensors)), set_id,
-                         _stream(tensors), context=(tuple(tensors), [None] * len(tensors)))
+    handle = _ops.allgather_async([t.detach() for t in tensors],
+                                  _ops.op_names('grouped_allgather', name, set_id, len(tensors)), set_id,
+                                  _stream(tensors), context=(tuple(tensors), [None] * len(tensors)))
     return handle
 
 
@@ -509,9 +505,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     _check_tensor(tensor, _MOVE_DTYPES, 'alltoall')
     engine_splits = _splits_tensor(splits)
     set_id = _process_set_id(process_set)
-    handle = _ops.new_handle()
-    _ops.alltoall_async(handle, tensor.detach(), engine_splits, _ops.op_name('alltoall', name, set_id),
-                        set_id, _stream([tensor]), context=((tensor,), (None, None)))
+    handle = _ops.alltoall_async(tensor.detach(), engine_splits, _ops.op_name('alltoall', name, set_id),
+                                 set_id, _stream([tensor]), context=((tensor,), (None, None)))
     return handle
 
 
@@ -520,12 +515,11 @@ def _submit_reducescatter(prefix, tensors, name, op, prescale_factor, postscale_
     # No op check here: the engine refuses ops other than Average and Sum at enqueue with
     # HorovodInternalError (spec core.md §6.7).
     set_id = _process_set_id(process_set)
-    handle = _ops.new_handle()
     names = _ops.op_names(prefix, name, set_id, len(tensors) if grouped else None)
-    _ops.reducescatter_async(handle, [t.detach() for t in tensors], names, op,
-                             float(prescale_factor), float(postscale_factor), set_id,
-                             _stream(tensors),
-                             context=(tuple(tensors), [None] * len(tensors) if grouped else None))
+    handle = _ops.reducescatter_async([t.detach() for t in tensors], names, op,
+                                      float(prescale_factor), float(postscale_factor), set_id,
+                                      _stream(tensors),
+                                      context=(tuple(tensors), [None] * len(tensors) if grouped else None))
     return handle
 
 
@@ -607,7 +601,7 @@ def join(device=-1):
         HorovodInternalError: Horovod is not running, or was shut down while waiting.
     """
     del device  # zeros are made by the engine; every tensor is on the CPU
-    handle = _ops.join_async(_ops.new_handle())
+    handle = _ops.join_async()
     return int(_ops.wait(handle)[0])
 
 
@@ -620,7 +614,7 @@ def barrier(process_set=global_process_set):
         HorovodInternalError: Horovod is not running, or was shut down while waiting.
     """
     set_id = _process_set_id(process_set)
-    _ops.wait(_ops.barrier_async(_ops.new_handle(), set_id))
+    _ops.wait(_ops.barrier_async(set_id))
 
 
 def poll(handle):
