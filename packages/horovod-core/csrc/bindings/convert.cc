@@ -1,5 +1,8 @@
 #include "bindings/convert.h"
 
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
 #include "backends/nccl/gpu_ops.h"
 
 namespace horovod::bindings {
