@@ -107,7 +107,7 @@ def train_digits(epochs=30, batch_size=64, learning_rate=0.5, hidden=64, seed=0)
     hvd.init()
 
     def allreduce_sum(vector):
-        ops.wait(ops.allreduce_async(ops.new_handle(), [vector], [vector], ["digits.grad"], HorovodBasics.Sum))
+        ops.wait(ops.allreduce_async([vector], [vector], ["digits.grad"], HorovodBasics.Sum))
         return vector
 
     params, accuracy = sgd(hvd.rank(), hvd.size(), allreduce_sum, epochs=epochs, batch_size=batch_size,

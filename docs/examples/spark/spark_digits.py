@@ -57,7 +57,7 @@ def train(epochs=30, batch_size=16, lr=0.05, hidden=64, seed=42):
               rng.normal(0, np.sqrt(1.0 / hidden), (hidden, 10)), np.zeros(10)]
     # Rank 0's initial parameters everywhere (they are equal already here; a model initialised
     # from an unseeded generator would need this).
-    ops.wait(ops.broadcast_async(ops.new_handle(), params, ["digits.init.%d" % i for i in range(4)], 0))
+    ops.wait(ops.broadcast_async(params, ["digits.init.%d" % i for i in range(4)], 0))
 
     def forward(W1, b1, W2, b2, inputs):
         h = np.maximum(inputs @ W1 + b1, 0.0)
@@ -82,7 +82,7 @@ def train(epochs=30, batch_size=16, lr=0.05, hidden=64, seed=42):
             d_h = (d_logits @ W2.T) * (h > 0)
             grads = [xb.T @ d_h, d_h.sum(axis=0), h.T @ d_logits, d_logits.sum(axis=0)]
             flat = np.concatenate([g.ravel() for g in grads])
-            ops.wait(ops.allreduce_async(ops.new_handle(), [flat], [flat], ["digits.grad"], HorovodBasics.Average))
+            ops.wait(ops.allreduce_async([flat], [flat], ["digits.grad"], HorovodBasics.Average))
             offset = 0
             for param in params:
                 param -= scaled_lr * flat[offset:offset + param.size].reshape(param.shape)
