@@ -3,12 +3,28 @@
 Every collective of ``horovod.tensorflow`` reaches the engine in two steps: ``start`` submits a
 whole group of tensors (as numpy arrays viewing the TF buffers) and returns an integer handle at
 once; ``finish`` waits for that handle and returns the results as numpy arrays. Eagerly the two
-run back to back on the caller's thread. Inside a graph (``tf.function`` or a TF1 session) each
-is one ``tf.numpy_function`` node: the start node takes the group's tensors and yields the handle
-(an int64 scalar), the wait node takes the handle and yields the group's outputs. Because the
-two are separate nodes, several groups can be started before the first is waited on, so the
-engine fuses and overlaps them; and the number of Python ops per group does not grow with the
-number of tensors.
+run back to back on the caller's thread. Inside a graph (``tf.function`` or a TF1 session) the
+start node is one ``tf.numpy_function`` that takes the group's tensors and yields the handle (an
+int64 scalar); the wait node (``blocking_node``) takes the handle and yields the group's
+outputs. Because the two are separate nodes, several groups can be started before the first is
+waited on, so the engine fuses and overlaps them; and the number of Python ops per group does not
+grow with the number of tensors.
+
+No wait holds an inter-op thread. TensorFlow runs a graph's ready nodes on a fixed pool of
+inter-op threads (``tf.config.threading.set_inter_op_parallelism_threads``), and a synchronous
+kernel keeps its thread until it returns. Were the wait such a kernel, a rank could fill every
+thread with waits on groups that another rank has not submitted yet, while its own start nodes
+that this other rank waits for sit unscheduled: each rank then waits for the other forever (one
+``session.run`` of a few dozen independent allgathers, whose nodes the ranks happen to schedule in
+different orders, is enough). So the wait's Python call runs inside a one-element ``tf.data``
+pipeline with a private thread pool of one thread: ``DatasetToSingleElement`` is an asynchronous
+kernel (it hands the work to tf.data's own unbounded pool and gives its inter-op thread back), and
+the private pool runs the pipeline's function, so the blocking call occupies a thread of its own.
+Start nodes never block, hence on every rank each start runs as soon as its inputs exist, whatever
+the number of inter-op threads, the size of the graph and the order the ranks pick: every group
+that all ranks submit completes. Inside ``tf.function`` TensorFlow's automatic control
+dependencies also chain these stateful nodes in program order (so every rank submits in the same
+order there).
 
 Alignment: TensorFlow adopts a numpy array's buffer without copying only when it is 64-byte
 aligned, and requires that alignment of buffers it receives through DLPack. Every array this
@@ -17,9 +33,10 @@ aligned, and engine-allocated outputs (allgather, alltoall, reducescatter) that 
 are copied once into aligned memory. String tensors never reach DLPack: the public wrappers
 refuse them before anything is submitted.
 
-Threading: ``start`` and ``finish`` run on the caller's thread (eager) or on a TF inter-op
-thread (graph); ``finish`` waits with the GIL released (inside the core). ``_pending`` keeps each
-group's input and output arrays alive until its handle is finished.
+Threading: ``start`` runs on the caller's thread (eager) or on a TF inter-op thread (graph);
+``finish`` on the caller's thread (eager) or on a tf.data private-pool thread (graph), and waits
+with the GIL released (inside the core). ``_pending`` keeps each group's input and output arrays
+alive until its handle is finished.
 """
 
 import threading
@@ -230,3 +247,38 @@ def clear():
     """Forgets every pending handle (init and shutdown)."""
     with _lock:
         _pending.clear()
+
+
+def blocking_node(fn, inputs, dtypes, name):
+    """Graph nodes that call ``fn(*arrays)`` (numpy in, a list of numpy arrays out, as for
+    ``tf.numpy_function``) without holding one of TensorFlow's inter-op threads while ``fn``
+    blocks (module docstring).
+
+    Args:
+        fn: a Python callable that may block, e.g. ``finish``; it gets the numpy values of
+            ``inputs`` and returns one array per entry of ``dtypes``.
+        inputs: a list of graph tensors (may be empty).
+        dtypes: the ``tf.DType`` of each output.
+        name: the name of the node that yields the outputs.
+
+    Returns:
+        A list of tensors of unknown shape (the caller sets what it knows), one per dtype. When
+        they are evaluated, ``fn``'s exception reaches the caller as TensorFlow reports a
+        ``tf.numpy_function``'s (a ``tf.errors.OpError`` keeps its class).
+    """
+    import tensorflow as tf
+
+    dtypes = list(dtypes)
+
+    @tf.autograph.experimental.do_not_convert
+    def call(*values):
+        outputs = tf.numpy_function(fn, list(values), dtypes, stateful=True)
+        return tuple(outputs) if isinstance(outputs, (list, tuple)) else (outputs,)
+
+    dataset = tf.data.Dataset.from_tensors(tuple(inputs)).map(call)
+    unknown = [tf.TensorShape(None)] * len(dtypes)
+    pooled = tf.raw_ops.PrivateThreadPoolDataset(input_dataset=tf.data.experimental.to_variant(dataset),
+                                                 num_threads=tf.constant(1, tf.int64), output_types=dtypes,
+                                                 output_shapes=unknown)
+    return list(tf.raw_ops.DatasetToSingleElement(dataset=pooled, output_types=dtypes, output_shapes=unknown,
+                                                  name=name))

@@ -189,11 +189,8 @@ def _finish(started):
     if tf.executing_eagerly():
         arrays = _engine.finish(started.handle)
         return [tf.convert_to_tensor(a, dtype=d) for a, d in zip(arrays, started.out_dtypes, strict=True)]
-    outputs = tf.numpy_function(_engine.finish, [started.handle], list(started.out_dtypes), stateful=True,
-                                name=f'{_engine._op_title(started.kind)}Wait')
-    if not isinstance(outputs, (list, tuple)):
-        outputs = [outputs]
-    outputs = list(outputs)
+    outputs = _engine.blocking_node(_engine.finish, [started.handle], started.out_dtypes,
+                                    f'{_engine._op_title(started.kind)}Wait')
     for out, shape in zip(outputs, started.out_shapes, strict=True):
         out.set_shape(shape)
     return outputs
@@ -491,8 +488,7 @@ def _alltoall_raw(tensor, splits, name, ignore_name_scope, process_set, set_id):
         return np.int64(_engine.start('alltoall', [array], names, params))
 
     handle = tf.numpy_function(submit, inputs, tf.int64, stateful=True, name='HorovodAlltoallStart')
-    out, received = tf.numpy_function(_engine.finish, [handle], [tensor.dtype, tf.int32], stateful=True,
-                                      name='HorovodAlltoallWait')
+    out, received = _engine.blocking_node(_engine.finish, [handle], [tensor.dtype, tf.int32], 'HorovodAlltoallWait')
     out.set_shape(out_shape)
     received.set_shape([None])
     return out, received
@@ -616,7 +612,9 @@ def join():
     if tf.executing_eagerly():
         return tf.constant(_engine.join(), dtype=tf.int32)
     _check_not_xla('HorovodJoin')
-    out = tf.numpy_function(lambda: np.int32(_engine.join()), [], tf.int32, stateful=True, name='HorovodJoin')
+    # Off the inter-op threads like every wait (see _engine): the join returns only once every
+    # rank has joined, and until then this rank's other collectives must still be submitted.
+    out, = _engine.blocking_node(lambda: [np.int32(_engine.join())], [], [tf.int32], 'HorovodJoin')
     out.set_shape([])
     return out
 
