@@ -17,9 +17,9 @@ thread with waits on groups that another rank has not submitted yet, while its o
 that this other rank waits for sit unscheduled: each rank then waits for the other forever (one
 ``session.run`` of a few dozen independent allgathers, whose nodes the ranks happen to schedule in
 different orders, is enough). So the wait's Python call runs inside a one-element ``tf.data``
-pipeline with a private thread pool of one thread: ``DatasetToSingleElement`` is an asynchronous
-kernel (it hands the work to tf.data's own unbounded pool and gives its inter-op thread back), and
-the private pool runs the pipeline's function, so the blocking call occupies a thread of its own.
+pipeline: ``DatasetToSingleElement`` is an asynchronous kernel (it hands the work to tf.data's
+own unbounded thread pool and gives its inter-op thread back), and the pipeline's map function
+runs inline on that thread, so each blocked call occupies a thread of its own.
 Start nodes never block, hence on every rank each start runs as soon as its inputs exist, whatever
 the number of inter-op threads, the size of the graph and the order the ranks pick: every group
 that all ranks submit completes. Inside ``tf.function`` TensorFlow's automatic control
@@ -34,7 +34,7 @@ are copied once into aligned memory. String tensors never reach DLPack: the publ
 refuse them before anything is submitted.
 
 Threading: ``start`` runs on the caller's thread (eager) or on a TF inter-op thread (graph);
-``finish`` on the caller's thread (eager) or on a tf.data private-pool thread (graph), and waits
+``finish`` on the caller's thread (eager) or on a thread of tf.data's unbounded pool (graph), and waits
 with the GIL released (inside the core). ``_pending`` keeps each group's input and output arrays
 alive until its handle is finished.
 """
@@ -267,6 +267,7 @@ def blocking_node(fn, inputs, dtypes, name):
         ``tf.numpy_function``'s (a ``tf.errors.OpError`` keeps its class).
     """
     import tensorflow as tf
+    from tensorflow.python.data.ops.map_op import _MapDataset
 
     dtypes = list(dtypes)
 
@@ -275,10 +276,12 @@ def blocking_node(fn, inputs, dtypes, name):
         outputs = tf.numpy_function(fn, list(values), dtypes, stateful=True)
         return tuple(outputs) if isinstance(outputs, (list, tuple)) else (outputs,)
 
-    dataset = tf.data.Dataset.from_tensors(tuple(inputs)).map(call)
+    # use_inter_op_parallelism=False: tf.data runs the map function with TensorFlow's
+    # single-threaded executor, inline on the thread that DatasetToSingleElement took from
+    # tf.data's unbounded pool (idle ones are reused: no thread is started per call). With the
+    # default, the function's kernels would go back to the inter-op pool. Dataset.map does not
+    # expose the flag; _MapDataset is the class it builds (TensorFlow 2.16 to 2.21 at least).
+    dataset = _MapDataset(tf.data.Dataset.from_tensors(tuple(inputs)), call, use_inter_op_parallelism=False)
     unknown = [tf.TensorShape(None)] * len(dtypes)
-    pooled = tf.raw_ops.PrivateThreadPoolDataset(input_dataset=tf.data.experimental.to_variant(dataset),
-                                                 num_threads=tf.constant(1, tf.int64), output_types=dtypes,
-                                                 output_shapes=unknown)
-    return list(tf.raw_ops.DatasetToSingleElement(dataset=pooled, output_types=dtypes, output_shapes=unknown,
-                                                  name=name))
+    return list(tf.raw_ops.DatasetToSingleElement(dataset=tf.data.experimental.to_variant(dataset),
+                                                  output_types=dtypes, output_shapes=unknown, name=name))
