@@ -98,7 +98,15 @@ def body(threads):
     checked['wrap_function'] = sum(check([t.numpy() for t in wrapped()], 'wrap_function') for _ in range(2))
     function = tf.function(lambda: build(forward, 'function'))
     checked['function'] = sum(check([t.numpy() for t in function()], 'function') for _ in range(2))
-    return {'checked': checked}
+    # join waits off the inter-op threads too: in a TF1 graph and in a tf.function it returns the
+    # rank that joined last.
+    graph = tf.Graph()
+    with graph.as_default():
+        joined = hvd.join()
+        with tf.compat.v1.Session(graph=graph) as session:
+            last = [int(session.run(joined))]
+    last.append(int(tf.function(hvd.join)()))
+    return {'checked': checked, 'join': last}
 
 
 @pytest.mark.parametrize('threads', [1, 2])
@@ -108,3 +116,5 @@ def test_many_independent_collectives_in_one_graph_run(threads):
     for result in results:
         assert result['checked'] == {'session': 2 * per_run, 'session_reversed': 2 * per_run,
                                      'wrap_function': 2 * per_run, 'function': 2 * per_run}, result
+        assert all(last in (0, 1) for last in result['join']), result
+    assert results[0]['join'] == results[1]['join'], results

@@ -19,12 +19,12 @@ that this other rank waits for sit unscheduled: each rank then waits for the oth
 different orders, is enough). So the wait's Python call runs inside a one-element ``tf.data``
 pipeline: ``DatasetToSingleElement`` is an asynchronous kernel (it hands the work to tf.data's
 own unbounded thread pool and gives its inter-op thread back), and the pipeline's map function
-runs inline on that thread, so each blocked call occupies a thread of its own.
-Start nodes never block, hence on every rank each start runs as soon as its inputs exist, whatever
-the number of inter-op threads, the size of the graph and the order the ranks pick: every group
-that all ranks submit completes. Inside ``tf.function`` TensorFlow's automatic control
-dependencies also chain these stateful nodes in program order (so every rank submits in the same
-order there).
+runs inline on that thread, so each blocked call occupies a thread of its own. Start nodes never
+block, hence on every rank each start runs as soon as its inputs exist, whatever the number of
+inter-op threads, the size of the graph and the order the ranks pick: every group that all ranks
+submit completes. Inside ``tf.function`` TensorFlow's automatic control dependencies also chain
+these stateful nodes in the order the program creates them, so there the ranks must create their
+collectives in the same order (as they do when they run the same code).
 
 Alignment: TensorFlow adopts a numpy array's buffer without copying only when it is 64-byte
 aligned, and requires that alignment of buffers it receives through DLPack. Every array this
@@ -34,9 +34,9 @@ are copied once into aligned memory. String tensors never reach DLPack: the publ
 refuse them before anything is submitted.
 
 Threading: ``start`` runs on the caller's thread (eager) or on a TF inter-op thread (graph);
-``finish`` on the caller's thread (eager) or on a thread of tf.data's unbounded pool (graph), and waits
-with the GIL released (inside the core). ``_pending`` keeps each group's input and output arrays
-alive until its handle is finished.
+``finish`` on the caller's thread (eager) or on a thread of tf.data's unbounded pool (graph),
+and waits with the GIL released (inside the core). ``_pending`` keeps each group's input and
+output arrays alive until its handle is finished.
 """
 
 import threading
@@ -257,7 +257,7 @@ def blocking_node(fn, inputs, dtypes, name):
     Args:
         fn: a Python callable that may block, e.g. ``finish``; it gets the numpy values of
             ``inputs`` and returns one array per entry of ``dtypes``.
-        inputs: a list of graph tensors (may be empty).
+        inputs: a non-empty list of graph tensors.
         dtypes: the ``tf.DType`` of each output.
         name: the name of the node that yields the outputs.
 

@@ -616,7 +616,9 @@ def join():
     _check_not_xla('HorovodJoin')
     # Off the inter-op threads like every wait (see _engine): the join returns only once every
     # rank has joined, and until then this rank's other collectives must still be submitted.
-    out, = _engine.blocking_node(lambda: [np.int32(_engine.join())], [], [tf.int32], 'HorovodJoin')
+    # (A tf.data element needs at least one component: the node takes a dummy input.)
+    out, = _engine.blocking_node(lambda _: [np.int32(_engine.join())], [tf.zeros([], tf.int32)], [tf.int32],
+                                 'HorovodJoin')
     out.set_shape([])
     return out
 
