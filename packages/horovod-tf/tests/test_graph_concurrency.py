@@ -4,7 +4,9 @@ dtypes and tensor ranks, allreduces, broadcasts and a collective that consumes a
 under 1 and 2 inter-op threads. Odd ranks build some of the graphs in the reverse order, so that
 the ranks schedule their nodes differently. A wait that held one of TensorFlow's inter-op threads
 would let every rank fill its threads with waits on what the others have not submitted: the job
-would never end (here: run_ranks's timeout fails the test)."""
+would never end (here: run_ranks's timeout fails the test). The TF1 graphs take the tf.data form
+of the wait, tf.function the plain one that its automatic control dependencies make safe; both
+are checked against numpy references."""
 
 import numpy as np
 import pytest

@@ -177,16 +177,14 @@ def tape():
             for i in range(3):
                 close(grads[i], expected[i], f'tape {label} {mode} gradient {i}', atol=atol)
             results[f'{label}.{mode}'] = bool(sparse)
-    # One Python op per group inside a graph: a start and a wait node per group, starts first
-    # (a wait is a DatasetToSingleElement node whose function holds the Python call: _engine).
+    # One Python op per group inside a graph: a start and a wait node per group, starts first.
     for groups, expected_nodes in ((None, 2), (2, 4)):
         def reduce_only(groups=groups):
             with tf.GradientTape() as t:
                 loss = _loss(variables, _model_data(rank))
             return hvd.DistributedGradientTape(t, groups=groups, sparse_as_dense=True).gradient(loss, variables)
         graph = tf.function(reduce_only).get_concrete_function().graph
-        py_nodes = [op.name for op in graph.get_operations()
-                    if op.type in ('PyFunc', 'EagerPyFunc', 'DatasetToSingleElement')]
+        py_nodes = [op.name for op in graph.get_operations() if op.type in ('PyFunc', 'EagerPyFunc')]
         results[f'py_nodes.{groups}'] = len(py_nodes)
         if len(py_nodes) != expected_nodes:
             raise AssertionError(f'groups={groups}: Python nodes {py_nodes}, expected {expected_nodes}')

@@ -2,10 +2,10 @@
 
 Each function works eagerly and inside ``tf.function`` or a TF1 graph. Eagerly it submits the
 tensors and waits at once. In a graph it adds two nodes per call that each call Python once: a
-``tf.numpy_function`` that submits the whole group of tensors, and one that waits for it without
-holding an inter-op thread (see ``_engine``), so one Python op per group reaches the engine,
-several groups can be in flight together, and a graph run of any number of independent
-collectives completes with any number of inter-op threads.
+``tf.numpy_function`` that submits the whole group of tensors, and one that waits for it (in a
+TF1 graph without holding an inter-op thread; see ``_engine``), so one Python op per group
+reaches the engine, several groups can be in flight together, and a graph run of any number of
+independent collectives completes with any number of inter-op threads.
 
 XLA: the engine is reached through Python, which XLA cannot compile; building any of these ops
 inside ``tf.function(jit_compile=True)`` raises ``ValueError``.
