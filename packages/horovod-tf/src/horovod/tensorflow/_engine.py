@@ -10,7 +10,7 @@ outputs. Because the two are separate nodes, several groups can be started befor
 waited on, so the engine fuses and overlaps them; and the number of Python ops per group does not
 grow with the number of tensors.
 
-No wait holds an inter-op thread. TensorFlow runs a graph's ready nodes on a fixed pool of
+No wait may keep this rank's other collectives from being submitted. TensorFlow runs a graph's ready nodes on a fixed pool of
 inter-op threads (``tf.config.threading.set_inter_op_parallelism_threads``), and a synchronous
 kernel keeps its thread until it returns. Were the wait such a kernel, a rank could fill every
 thread with waits on groups that another rank has not submitted yet, while its own start nodes
@@ -41,8 +41,8 @@ refuse them before anything is submitted.
 
 Threading: ``start`` runs on the caller's thread (eager) or on a TF inter-op thread (graph);
 ``finish`` on the caller's thread (eager), on an inter-op thread (tf.function) or on a thread of
-tf.data's unbounded pool (TF1 graph), and waits with the GIL released (inside the core). ``_pending`` keeps each group's input and
-output arrays alive until its handle is finished.
+tf.data's unbounded pool (TF1 graph), and waits with the GIL released (inside the core).
+``_pending`` keeps each group's input and output arrays alive until its handle is finished.
 """
 
 import threading
