@@ -10,9 +10,10 @@ outputs. Because the two are separate nodes, several groups can be started befor
 waited on, so the engine fuses and overlaps them; and the number of Python ops per group does not
 grow with the number of tensors.
 
-No wait may keep this rank's other collectives from being submitted. TensorFlow runs a graph's ready nodes on a fixed pool of
-inter-op threads (``tf.config.threading.set_inter_op_parallelism_threads``), and a synchronous
-kernel keeps its thread until it returns. Were the wait such a kernel, a rank could fill every
+No wait may keep this rank's other collectives from being submitted. TensorFlow runs a graph's
+ready nodes on a fixed pool of inter-op threads
+(``tf.config.threading.set_inter_op_parallelism_threads``), and a synchronous kernel keeps its
+thread until it returns. Were the wait such a kernel, a rank could fill every
 thread with waits on groups that another rank has not submitted yet, while its own start nodes
 that this other rank waits for sit unscheduled: each rank then waits for the other forever (one
 ``session.run`` of a few dozen independent allgathers, whose nodes the ranks happen to schedule in
