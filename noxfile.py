@@ -74,9 +74,10 @@ FRAMEWORK_TESTS = {
     # The oldest claimed releases, on the part of the tests that stays short (about a minute each;
     # the elastic tests, and Keras's digits example, run only on the newest releases above).
     # TensorFlow: every collective eagerly and in tf.function, the tapes, the optimizers, the
-    # digits example.
+    # digits example, and graph runs of many collectives (their waits rely on tf.data internals).
     "tests-tf-oldest": ("horovod-tf", ["horovod-run", TF_OLDEST, KERAS_OLDEST, "scikit-learn"],
-                        ("tests/test_ops.py", "tests/test_training.py", "tests/test_example.py")),
+                        ("tests/test_ops.py", "tests/test_training.py", "tests/test_example.py",
+                         "tests/test_graph_concurrency.py")),
     # Keras: every worker body (collectives, DistributedOptimizer, model.fit, the callbacks,
     # load_model) on both backends at np = 1, 2, 3.
     "tests-keras-oldest": ("horovod-keras", ["horovod-run", "horovod-tf", "horovod-torch", TF_OLDEST, KERAS_OLDEST,

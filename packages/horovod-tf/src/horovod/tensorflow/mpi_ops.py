@@ -1,9 +1,11 @@
 """Collective operations on TensorFlow tensors, over the horovod-core engine.
 
 Each function works eagerly and inside ``tf.function`` or a TF1 graph. Eagerly it submits the
-tensors and waits at once. In a graph it adds two ``tf.numpy_function`` nodes per call, one that
-submits the whole group of tensors and one that waits for it (see ``_engine``), so one Python op
-per group reaches the engine and several groups can be in flight together.
+tensors and waits at once. In a graph it adds two nodes per call that each call Python once: a
+``tf.numpy_function`` that submits the whole group of tensors, and one that waits for it (in a
+TF1 graph without holding an inter-op thread; see ``_engine``), so one Python op per group
+reaches the engine, several groups can be in flight together, and a graph run of any number of
+independent collectives completes with any number of inter-op threads.
 
 XLA: the engine is reached through Python, which XLA cannot compile; building any of these ops
 inside ``tf.function(jit_compile=True)`` raises ``ValueError``.
@@ -173,11 +175,8 @@ def _finish(started):
     if tf.executing_eagerly():
         arrays = _engine.finish(started.handle)
         return [tf.convert_to_tensor(a, dtype=d) for a, d in zip(arrays, started.out_dtypes, strict=True)]
-    outputs = tf.numpy_function(_engine.finish, [started.handle], list(started.out_dtypes), stateful=True,
-                                name=f'{_engine._op_title(started.kind)}Wait')
-    if not isinstance(outputs, (list, tuple)):
-        outputs = [outputs]
-    outputs = list(outputs)
+    outputs = _engine.blocking_node(_engine.finish, [started.handle], started.out_dtypes,
+                                    f'{_engine._op_title(started.kind)}Wait')
     for out, shape in zip(outputs, started.out_shapes, strict=True):
         out.set_shape(shape)
     return outputs
@@ -475,8 +474,7 @@ def _alltoall_raw(tensor, splits, name, ignore_name_scope, process_set, set_id):
         return np.int64(_engine.start('alltoall', [array], names, params))
 
     handle = tf.numpy_function(submit, inputs, tf.int64, stateful=True, name='HorovodAlltoallStart')
-    out, received = tf.numpy_function(_engine.finish, [handle], [tensor.dtype, tf.int32], stateful=True,
-                                      name='HorovodAlltoallWait')
+    out, received = _engine.blocking_node(_engine.finish, [handle], [tensor.dtype, tf.int32], 'HorovodAlltoallWait')
     out.set_shape(out_shape)
     received.set_shape([None])
     return out, received
@@ -600,7 +598,11 @@ def join():
     if tf.executing_eagerly():
         return tf.constant(_engine.join(), dtype=tf.int32)
     _check_not_xla('HorovodJoin')
-    out = tf.numpy_function(lambda: np.int32(_engine.join()), [], tf.int32, stateful=True, name='HorovodJoin')
+    # Off the inter-op threads like every wait (see _engine): the join returns only once every
+    # rank has joined, and until then this rank's other collectives must still be submitted.
+    # (A tf.data element needs at least one component: the node takes a dummy input.)
+    out, = _engine.blocking_node(lambda _: [np.int32(_engine.join())], [tf.zeros([], tf.int32)], [tf.int32],
+                                 'HorovodJoin')
     out.set_shape([])
     return out
 
