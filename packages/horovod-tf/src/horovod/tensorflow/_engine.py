@@ -191,17 +191,17 @@ def _start(kind, arrays, names, params):
         handle = _ops.allreduce_async(arrays, outputs, names, params["op"], params["prescale"],
                                       params["postscale"], set_id, context=(kind, outputs, names))
     elif kind == "allgather":
-        _ops.allgather_async(handle, arrays, names, set_id, context=(kind, None, names))
+        handle = _ops.allgather_async(arrays, names, set_id, context=(kind, None, names))
     elif kind == "broadcast":
         outputs = [aligned(np.array(a)) for a in arrays]
         # The inputs (eager tensors or arrays) are copied into ``outputs``: nothing else to keep.
-        _ops.broadcast_async(handle, outputs, names, params["root"], set_id, context=(kind, outputs, names))
+        handle = _ops.broadcast_async(outputs, names, params["root"], set_id, context=(kind, outputs, names))
     elif kind == "alltoall":
         splits = params.get("splits")
-        _ops.alltoall_async(handle, arrays[0], splits, names[0], set_id, context=(kind, None, names))
+        handle = _ops.alltoall_async(arrays[0], splits, names[0], set_id, context=(kind, None, names))
     elif kind == "reducescatter":
-        _ops.reducescatter_async(handle, arrays, names, params["op"], params["prescale"],
-                                 params["postscale"], set_id, context=(kind, None, names))
+        handle = _ops.reducescatter_async(arrays, names, params["op"], params["prescale"],
+                                          params["postscale"], set_id, context=(kind, None, names))
     else:
         raise ValueError(f"unknown collective {kind!r}")
     return handle
