@@ -74,7 +74,10 @@ def test_host_added_then_removed(testbed, tmp_path):
     host1, host2 = testbed.hosts[0][1], testbed.hosts[1][1]
     script, set_hosts = discovery_script(str(tmp_path))
     set_hosts([host1 + ":1"])
-    epochs = 12
+    # Enough epochs that the job cannot end before its size-2 phase and the removal: starting the
+    # new host's worker (a Python and framework import) takes seconds on a loaded machine, and rank
+    # 0 trains on at size 1 meanwhile (12 epochs were all spent there once, under load 10).
+    epochs = 30
     args = ["--verbose", "--network-interface", "hvdbr0", "-np", "1", "--min-np", "1", "--max-np", "2",
             "--host-discovery-script", script, sys.executable, TRAIN, str(epochs)]
     with ElasticJob(args, bed_env(testbed, STEP_SLEEP="0.1")) as job:
