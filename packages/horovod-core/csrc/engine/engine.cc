@@ -148,6 +148,7 @@ int64_t Engine::Enqueue(int32_t process_set_id, std::vector<Request> requests, s
   RecordReadyEvents(entries, stream);
   const int64_t handle = ++last_handle_;
   auto state = std::make_shared<HandleState>(entries.size());
+  state->process_set_id = process_set_id;
   for (size_t i = 0; i < entries.size(); ++i) {
     entries[i].handle = state;
     entries[i].index = i;
@@ -179,6 +180,14 @@ void Engine::NotifyWaiting() {
     wake_ = true;
   }
   wake_cv_.notify_one();
+}
+
+void Engine::WaitStarted(int32_t process_set_id) {
+  if (std::shared_ptr<ProcessSet> set = sets_->Find(process_set_id)) ++set->waiters;
+}
+
+void Engine::WaitEnded(int32_t process_set_id) {
+  if (std::shared_ptr<ProcessSet> set = sets_->Find(process_set_id)) --set->waiters;
 }
 
 std::shared_ptr<HandleState> Engine::GetHandle(int64_t handle) {
@@ -300,7 +309,8 @@ bool Engine::RunCycle() {
     reason = shutdown_reason_;
   }
   ResponseList list =
-      global->controller->ComputeResponseList(global->queue.PopRequests(), shutdown_requested_, reason);
+      global->controller->ComputeResponseList(global->queue.PopRequests(), shutdown_requested_, reason,
+                                             global->waiters.load() > 0);
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     global_stats_ = global->controller->stats();
@@ -319,7 +329,7 @@ bool Engine::RunCycle() {
   }
   for (auto& set : sets_->Members()) {
     if (set->id == 0) continue;
-    ResponseList set_list = set->controller->ComputeResponseList(set->queue.PopRequests(), false, "");
+    ResponseList set_list = set->controller->ComputeResponseList(set->queue.PopRequests(), false, "", set->waiters.load() > 0);
     // A stall in this set shuts every rank down through the global set's next negotiation.
     if (set_list.shutdown) RequestShutdown(set_list.shutdown_reason);
     PerformAll(*set, set_list);

@@ -81,6 +81,10 @@ class Engine {
   // Called by a thread about to block on an unfinished handle: the background thread stops
   // gathering submissions and starts a cycle at once.
   void NotifyWaiting();
+  // Brackets a caller's blocking wait on an unfinished handle of set `process_set_id`: while some
+  // caller waits, this rank counts as waiting on the set (deadlock detection, controller.h).
+  void WaitStarted(int32_t process_set_id);
+  void WaitEnded(int32_t process_set_id);
   void ReleaseHandle(int64_t handle);
 
   // Asks every rank to stop (through negotiation), waits for the background thread, and fails
