@@ -358,6 +358,16 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     any_joined_ = list.any_joined;
     for (const Response& response : list.responses) {
       if (response.type == OpType::JOIN) join_completed_ = true;
+      if (response.type == OpType::ERROR) {
+        // A deadlock error fails this rank's entry of the name even where its request is still a
+        // held cache hit (submitted after the coordinator's last news): it must not run later.
+        held_.erase(std::remove_if(held_.begin(), held_.end(),
+                                   [&](const Held& h) {
+                                     return std::find(response.names.begin(), response.names.end(),
+                                                      h.request.name) != response.names.end();
+                                   }),
+                    held_.end());
+      }
       if (response.names.size() != 1) continue;
       std::optional<Request> own;
       auto it = sent_.find(response.names[0]);
