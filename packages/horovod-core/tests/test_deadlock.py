@@ -3,6 +3,7 @@ process set waits on operations the others never submit, every waiting call rais
 HorovodInternalError naming what each rank waits on, soon after the timeout, and the ranks go on
 with correct collectives; a rank that is slow but correct (busy, not waiting) never trips it."""
 
+import socket
 import time
 
 import numpy as np
@@ -93,14 +94,18 @@ def test_deadlock_raises_on_every_waiting_rank_then_goes_on(np_, on_subset, scen
         set_id = 1 if on_subset else 0
         assert f"Deadlock: every rank of process set {set_id} has waited" in message, message
         assert "HOROVOD_DEADLOCK_TIMEOUT_SECONDS" in message, message
+        # Each rank is named with its host (this machine's name: one host).
+        host = f"(host {socket.gethostname()})"
         if scenario == "operation":
-            assert "rank 0 waits on allreduce.m (ALLREDUCE, not submitted by rank" in message, message
+            assert f"rank 0 {host} waits on allreduce.m (ALLREDUCE, not submitted by rank" in message, message
             for other in members[1:]:
-                assert f"rank {other} waits on allgather.m (ALLGATHER, not submitted by rank 0)" in message, message
+                assert f"rank {other} {host} waits on allgather.m (ALLGATHER, not submitted by rank 0)" in message, \
+                    message
         else:
-            assert "rank 0 waits on allreduce.a (ALLREDUCE, not submitted by rank" in message, message
+            assert f"rank 0 {host} waits on allreduce.a (ALLREDUCE, not submitted by rank" in message, message
             for other in members[1:]:
-                assert f"rank {other} waits on allreduce.b (ALLREDUCE, not submitted by rank 0)" in message, message
+                assert f"rank {other} {host} waits on allreduce.b (ALLREDUCE, not submitted by rank 0)" in message, \
+                    message
         assert message == results[members[0]][0], "every rank gets the same message"
 
 

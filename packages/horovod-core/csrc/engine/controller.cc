@@ -33,6 +33,17 @@ Controller::Controller(Communicator& backend, std::vector<int> global_ranks, con
       last_news_(std::chrono::steady_clock::now()),
       waiting_(global_ranks_.size(), false) {}
 
+void Controller::SetHosts(const std::vector<std::string>& global_hosts) {
+  hosts_.clear();
+  for (int global : global_ranks_) {
+    if (global < 0 || global >= static_cast<int>(global_hosts.size())) {
+      hosts_.clear();
+      return;
+    }
+    hosts_.push_back(global_hosts[global]);
+  }
+}
+
 bool Controller::DeadlockDue(std::chrono::steady_clock::time_point now, const std::vector<bool>& waiting) const {
   if (deadlock_timeout_.count() <= 0 || pending_.empty() || now - last_news_ < deadlock_timeout_) return false;
   // Every rank that has not joined waits, and waits on something the coordinator holds (a rank
@@ -58,7 +69,9 @@ std::vector<Response> Controller::FailDeadlock(std::chrono::steady_clock::time_p
   const char* separator = " ";
   for (int rank = 0; rank < size; ++rank) {
     if (joined_ranks_.count(rank)) continue;
-    msg << separator << "rank " << global_ranks_[rank] << " waits on ";
+    msg << separator << "rank " << global_ranks_[rank];
+    if (!hosts_.empty()) msg << " (host " << hosts_[rank] << ")";
+    msg << " waits on ";
     separator = "; ";
     size_t shown = 0;
     for (const std::string& name : arrival_order_) {

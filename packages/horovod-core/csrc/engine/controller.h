@@ -72,6 +72,9 @@ class Controller {
   // empties the cache, which keeps it identical on every rank.
   void ApplyParameters(int64_t fusion_threshold_bytes, size_t cache_capacity);
 
+  // Host name of each global rank (indexed by global rank), named in deadlock errors; unset: none.
+  void SetHosts(const std::vector<std::string>& global_hosts);
+
   // Whether this rank has joined and the list containing the JOIN response has not been executed.
   bool joined() const { return local_joined_; }
   const NegotiationStats& stats() const { return stats_; }
@@ -126,6 +129,7 @@ class Controller {
   std::chrono::steady_clock::time_point last_news_;
   std::vector<bool> waiting_;
   bool force_round_ = false;
+  std::vector<std::string> hosts_;  // by set rank; empty when unknown
 };
 
 }  // namespace horovod

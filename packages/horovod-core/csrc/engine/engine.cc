@@ -48,6 +48,7 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   e.sets_ = std::make_unique<ProcessSetRegistry>(e.config_, e.store_.get(), key_prefix, timeline,
                                                  [&e](Controller& controller) { e.ConfigureController(controller); });
   e.sets_->CreateGlobal(std::move(e.stack_.global));
+  e.sets_->Find(0)->controller->SetHosts(e.Hosts());
   e.sets_->CreateStatic(process_sets);
 
   e.timeline_enabled_ = !config.timeline.empty();
@@ -116,7 +117,14 @@ size_t Engine::CacheCapacity(const TunedParameters& parameters) const {
   return parameters.cache_enabled ? static_cast<size_t>(std::max<int64_t>(config_.cache_capacity, 0)) : 0;
 }
 
+std::vector<std::string> Engine::Hosts() const {
+  std::vector<std::string> hosts;
+  for (const auto& peer : stack_.peers) hosts.push_back(peer.first);
+  return hosts;
+}
+
 void Engine::ConfigureController(Controller& controller) {
+  controller.SetHosts(Hosts());
   TunedParameters parameters = CurrentParameters();
   controller.ApplyParameters(parameters.fusion_threshold_bytes, CacheCapacity(parameters));
 }

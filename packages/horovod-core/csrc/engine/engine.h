@@ -135,6 +135,8 @@ class Engine {
   // Autotune: puts `parameters` in force on this rank (every controller, the cycle time).
   void ApplyParameters(const TunedParameters& parameters);
   void ConfigureController(Controller& controller);
+  // Host name of each global rank (empty for a single process).
+  std::vector<std::string> Hosts() const;
   size_t CacheCapacity(const TunedParameters& parameters) const;
 
   Config config_;

@@ -35,7 +35,7 @@ struct Runs {
   std::vector<std::vector<double>> ends;
 };
 
-Runs RunScript(int size, const Config& config, const Script& script) {
+Runs RunScript(int size, const Config& config, const Script& script, bool with_hosts = false) {
   Runs runs;
   runs.lists.resize(size);
   runs.ends.resize(size);
@@ -43,6 +43,7 @@ Runs RunScript(int size, const Config& config, const Script& script) {
     std::vector<int> ranks(size);
     for (int r = 0; r < size; ++r) ranks[r] = r;
     Controller controller(backend, ranks, config, nullptr, 3);
+    if (with_hosts) controller.SetHosts({"host-a", "host-b", "host-c"});
     const auto start = std::chrono::steady_clock::now();
     for (int c = 0; c < script.cycles; ++c) {
       runs.lists[rank].push_back(
@@ -136,7 +137,7 @@ TEST_P(Deadlock, SkippedTensorFailsThenTheSetGoesOn) {
     return std::vector<Request>{};
   };
   script.waiting = [](int, int c) { return c >= 1 && c < 100; };
-  Runs runs = RunScript(size, WithTimeout(0.3, cache), script);
+  Runs runs = RunScript(size, WithTimeout(0.3, cache), script, /*with_hosts=*/true);
   for (int rank = 0; rank < size; ++rank) {
     const Outcome o = Summarise(runs.lists[rank]);
     EXPECT_EQ(o.completed, (std::vector<std::string>{"a", "b", "c"})) << "rank " << rank;
@@ -144,8 +145,9 @@ TEST_P(Deadlock, SkippedTensorFailsThenTheSetGoesOn) {
     ASSERT_GE(o.first_error_cycle, 1) << "rank " << rank;
     EXPECT_LT(o.first_error_cycle, 100) << "rank " << rank;
     EXPECT_GE(runs.ends[rank][o.first_error_cycle] - runs.ends[rank][0], 0.3) << "rank " << rank;
-    EXPECT_NE(o.message.find("rank 0 waits on a (ALLREDUCE"), std::string::npos) << o.message;
-    EXPECT_NE(o.message.find("rank " + std::to_string(size - 1) + " waits on b (ALLREDUCE, not submitted by rank 0)"),
+    EXPECT_NE(o.message.find("rank 0 (host host-a) waits on a (ALLREDUCE"), std::string::npos) << o.message;
+    EXPECT_NE(o.message.find("rank " + std::to_string(size - 1) + " (host host-" + std::string(1, 'a' + size - 1) +
+                             ") waits on b (ALLREDUCE, not submitted by rank 0)"),
               std::string::npos)
         << o.message;
   }
