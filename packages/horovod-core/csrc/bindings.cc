@@ -224,16 +224,30 @@ std::shared_ptr<HandleState> RequireHandle(int64_t handle) {
 nb::list Wait(int64_t handle) {
   std::shared_ptr<HandleState> state = RequireHandle(handle);
   if (!state->done()) {
-    if (std::shared_ptr<Engine> engine = CurrentEngine()) engine->NotifyWaiting();
-  }
-  while (true) {
-    bool done;
-    {
-      nb::gil_scoped_release release;
-      done = state->WaitFor(std::chrono::milliseconds(100));
+    std::shared_ptr<Engine> engine = CurrentEngine();
+    if (engine) engine->NotifyWaiting();
+    // While blocked here this rank counts as waiting on the handle's set (deadlock detection).
+    // The scope does not keep the engine alive (hvd.shutdown() on another thread ends it).
+    struct WaitScope {
+      std::weak_ptr<Engine> engine;
+      int32_t set_id;
+      WaitScope(const std::shared_ptr<Engine>& e, int32_t id) : engine(e), set_id(id) {
+        if (e) e->WaitStarted(set_id);
+      }
+      ~WaitScope() {
+        if (std::shared_ptr<Engine> e = engine.lock()) e->WaitEnded(set_id);
+      }
+    } scope(engine, state->process_set_id);
+    engine.reset();
+    while (true) {
+      bool done;
+      {
+        nb::gil_scoped_release release;
+        done = state->WaitFor(std::chrono::milliseconds(100));
+      }
+      if (done) break;
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
     }
-    if (done) break;
-    if (PyErr_CheckSignals() != 0) throw nb::python_error();
   }
   if (std::shared_ptr<Engine> engine = CurrentEngine()) engine->ReleaseHandle(handle);
   Status status = state->status();

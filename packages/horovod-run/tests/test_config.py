@@ -219,7 +219,8 @@ def test_config_values_are_validated(tmp_path):
                                   "autotune_warmup_samples", "autotune_steps_per_sample",
                                   "autotune_bayes_opt_max_samples",
                                   "stall_check_warning_time_seconds",
-                                  "stall_check_shutdown_time_seconds", "num_nccl_streams",
+                                  "stall_check_shutdown_time_seconds", "deadlock_timeout_seconds",
+                                  "num_nccl_streams",
                                   "thread_affinity", "gloo_timeout_seconds"])
 def test_validate_negative(name):
     args = _HorovodArgs()

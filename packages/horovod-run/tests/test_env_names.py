@@ -26,6 +26,7 @@ ALL_TUNING = dict(
     autotune_warmup_samples=1, autotune_steps_per_sample=2, autotune_bayes_opt_max_samples=3,
     autotune_gaussian_process_noise=0.5, timeline_filename="t.json", timeline_mark_cycles=True,
     no_stall_check=False, stall_check_warning_time_seconds=5, stall_check_shutdown_time_seconds=6,
+    deadlock_timeout_seconds=2.5,
     mpi_threads_disable=True, num_nccl_streams=2, tcp_flag=True, thread_affinity=1,
     gloo_timeout_seconds=7, log_level="INFO", log_with_timestamp=False)
 

@@ -108,6 +108,10 @@ const std::vector<Knob>& Knobs() {
        DOUBLE_KNOB("HOROVOD_STALL_CHECK_TIME_SECONDS", stall_check_time_seconds, 0.0)},
       {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0", "shut down after a stall this long, seconds (0: never)",
        DOUBLE_KNOB("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", stall_shutdown_time_seconds, 0.0)},
+      {"HOROVOD_DEADLOCK_TIMEOUT_SECONDS", "5",
+       "fail the pending operations once every rank of a set has waited this long on operations that cannot "
+       "complete, seconds (0: never)",
+       DOUBLE_KNOB("HOROVOD_DEADLOCK_TIMEOUT_SECONDS", deadlock_timeout_seconds, 0.0)},
       {"HOROVOD_AUTOTUNE", "0", "tune fusion threshold, cycle time and response cache (rank 0 decides)", BOOL_KNOB("HOROVOD_AUTOTUNE", autotune)},
       {"HOROVOD_AUTOTUNE_LOG", "", "CSV log of autotune samples (rank 0)", STRING_KNOB(autotune_log)},
       {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "3", "autotune samples discarded at the start",

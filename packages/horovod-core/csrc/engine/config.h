@@ -37,6 +37,9 @@ struct Config {
   bool stall_check_disable = false;
   double stall_check_time_seconds = 60.0;
   double stall_shutdown_time_seconds = 0.0;
+  // Every rank of a set blocked waiting, nothing completable and nothing new for this long: the
+  // pending operations fail with a deadlock error (engine/controller.h). 0 disables.
+  double deadlock_timeout_seconds = 5.0;
 
   bool autotune = false;
   std::string autotune_log;

@@ -19,14 +19,100 @@ int64_t MicrosSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Controller::Controller(Communicator& backend, std::vector<int> global_ranks, const Config& config, Timeline* timeline)
+Controller::Controller(Communicator& backend, std::vector<int> global_ranks, const Config& config, Timeline* timeline,
+                       int32_t set_id)
     : backend_(backend),
       global_ranks_(std::move(global_ranks)),
       config_(config),
       timeline_(timeline),
       cache_(static_cast<size_t>(std::max<int64_t>(config.cache_capacity, 0))),
       fusion_threshold_bytes_(config.fusion_threshold_bytes),
-      stall_inspector_(config, global_ranks_) {}
+      stall_inspector_(config, global_ranks_),
+      set_id_(set_id),
+      deadlock_timeout_(std::max(config.deadlock_timeout_seconds, 0.0)),
+      last_news_(std::chrono::steady_clock::now()),
+      waiting_(global_ranks_.size(), false) {}
+
+void Controller::SetHosts(const std::vector<std::string>& global_hosts) {
+  hosts_.clear();
+  for (int global : global_ranks_) {
+    if (global < 0 || global >= static_cast<int>(global_hosts.size())) {
+      hosts_.clear();
+      return;
+    }
+    hosts_.push_back(global_hosts[global]);
+  }
+}
+
+bool Controller::DeadlockDue(std::chrono::steady_clock::time_point now, const std::vector<bool>& waiting) const {
+  if (deadlock_timeout_.count() <= 0 || pending_.empty() || now - last_news_ < deadlock_timeout_) return false;
+  // Every rank that has not joined waits, and waits on something the coordinator holds (a rank
+  // waiting on a cached tensor it has not sent yet sends it first).
+  std::vector<bool> has_pending(waiting.size(), false);
+  for (const auto& [name, tensor] : pending_) {
+    for (const Request& r : tensor.requests) has_pending[r.rank] = true;
+  }
+  for (size_t rank = 0; rank < waiting.size(); ++rank) {
+    if (joined_ranks_.count(static_cast<int>(rank))) continue;
+    if (!waiting[rank] || !has_pending[rank]) return false;
+  }
+  return true;
+}
+
+std::vector<Response> Controller::FailDeadlock(std::chrono::steady_clock::time_point now) {
+  const int size = backend_.size();
+  std::ostringstream msg;
+  msg << "Deadlock: every rank of process set " << set_id_ << " has waited "
+      << std::chrono::duration<double>(now - last_news_).count()
+      << " s (HOROVOD_DEADLOCK_TIMEOUT_SECONDS=" << deadlock_timeout_.count()
+      << ") on operations that cannot complete, because the ranks submitted different operations:";
+  const char* separator = " ";
+  for (int rank = 0; rank < size; ++rank) {
+    if (joined_ranks_.count(rank)) continue;
+    msg << separator << "rank " << global_ranks_[rank];
+    if (!hosts_.empty()) msg << " (host " << hosts_[rank] << ")";
+    msg << " waits on ";
+    separator = "; ";
+    size_t shown = 0;
+    for (const std::string& name : arrival_order_) {
+      const PendingTensor& tensor = pending_.at(name);
+      const Request* own = nullptr;
+      for (const Request& r : tensor.requests) {
+        if (r.rank == rank) own = &r;
+      }
+      if (!own) continue;
+      if (shown++ == 5) {
+        msg << ", ...";
+        break;
+      }
+      std::vector<int> missing;
+      std::vector<bool> submitted(size, false);
+      for (const Request& r : tensor.requests) submitted[r.rank] = true;
+      for (int r = 0; r < size; ++r) {
+        if (!submitted[r] && !joined_ranks_.count(r)) missing.push_back(global_ranks_[r]);
+      }
+      msg << (shown > 1 ? ", " : "") << name << " (" << OpTypeName(own->type) << ", not submitted by rank"
+          << (missing.size() > 1 ? "s " : " ");
+      for (size_t i = 0; i < missing.size(); ++i) msg << (i ? ", " : "") << missing[i];
+      msg << ")";
+    }
+  }
+  HVD_LOG(ERROR) << msg.str();
+  const bool record = timeline_ != nullptr && timeline_->recording();
+  std::vector<Response> out;
+  for (const std::string& name : arrival_order_) {
+    if (record) timeline_->NegotiateEnd(name);
+    Response error;
+    error.type = OpType::ERROR;
+    error.names.push_back(name);
+    error.error_message = msg.str();
+    out.push_back(std::move(error));
+  }
+  pending_.clear();
+  arrival_order_.clear();
+  last_news_ = now;
+  return out;
+}
 
 void Controller::ApplyParameters(int64_t fusion_threshold_bytes, size_t cache_capacity) {
   fusion_threshold_bytes_ = fusion_threshold_bytes;
@@ -63,6 +149,8 @@ ResponseList Controller::Coordinate(std::vector<RequestList>& lists) {
   const bool record = timeline_ != nullptr && timeline_->recording();
   for (int rank = 0; rank < static_cast<int>(lists.size()); ++rank) {
     RequestList& list = lists[rank];
+    waiting_[rank] = list.waiting;
+    if (!list.requests.empty()) last_news_ = now;
     if (list.shutdown) {
       out.shutdown = true;
       if (out.shutdown_reason.empty()) out.shutdown_reason = list.shutdown_reason;
@@ -102,6 +190,11 @@ ResponseList Controller::Coordinate(std::vector<RequestList>& lists) {
     }
   }
   arrival_order_.swap(still_pending);
+  if (!out.responses.empty()) {
+    last_news_ = now;
+  } else if (DeadlockDue(now, waiting_)) {
+    out.responses = FailDeadlock(now);
+  }
 
   if (static_cast<int>(joined_ranks_.size()) == size) {
     Response join;
@@ -117,6 +210,7 @@ ResponseList Controller::Coordinate(std::vector<RequestList>& lists) {
 
 ResponseList Controller::Negotiate(const RequestList& mine) {
   ++stats_.coordinator_rounds;
+  force_round_ = false;
   if (backend_.size() == 1) {
     std::vector<RequestList> lists{mine};
     ResponseList list = Coordinate(lists);
@@ -143,7 +237,7 @@ ResponseList Controller::Negotiate(const RequestList& mine) {
 }
 
 ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool shutdown,
-                                             const std::string& shutdown_reason) {
+                                             const std::string& shutdown_reason, bool waiting) {
   const auto start = std::chrono::steady_clock::now();
   ++stats_.cycles;
   // A join completed in the previous cycle's list; this rank stayed joined while executing it.
@@ -159,6 +253,8 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
   if (backend_.rank() == 0 && !pending_.empty() && stall_reason_.empty()) {
     stall_reason_ = stall_inspector_.Check(pending_, joined_ranks_);
   }
+  // A deadlock seen in the cache round of an earlier cycle is reported through a coordinator round.
+  if (backend_.rank() == 0 && DeadlockDue(start, waiting_)) force_round_ = true;
   std::string reason = shutdown_reason;
   if (!stall_reason_.empty()) {
     shutdown = true;
@@ -181,7 +277,8 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     if (use_cache && CollectiveFor(r.type).cacheable()) found = cache_.Find(r, &bit);
     if (found == ResponseCache::Lookup::HIT) {
       const bool join_error_path = any_joined_ && !CollectiveFor(cache_.response(bit).type).joined_ranks_take_part();
-      const bool stalled = eviction_time.count() > 0 && start - held.since > eviction_time;
+      const bool stalled = (eviction_time.count() > 0 && start - held.since > eviction_time) ||
+                           (waiting && deadlock_timeout_.count() > 0 && start - held.since > deadlock_timeout_ / 2);
       if (join_error_path || stalled) {
         // Negotiated through the coordinator: it reports the join error, or the stall.
         if (stalled) local_invalid.insert(bit);
@@ -203,10 +300,10 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     const size_t num_bits = cache_.num_bits();
     const size_t words = (num_bits + 63) / 64;
     std::vector<uint64_t> vec(1 + 2 * words, 0);
-    constexpr uint64_t kNoShutdown = 1, kNothingUncached = 2, kNoParameters = 4;
-    constexpr uint64_t kQuiet = kNoShutdown | kNothingUncached | kNoParameters;
+    constexpr uint64_t kNoShutdown = 1, kNothingUncached = 2, kNoParameters = 4, kNoDeadlock = 8, kWaiting = 16;
+    constexpr uint64_t kQuiet = kNoShutdown | kNothingUncached | kNoParameters | kNoDeadlock;
     vec[0] = (shutdown ? 0 : kNoShutdown) | (uncached.empty() ? kNothingUncached : 0) |
-             (outgoing_parameters_ ? 0 : kNoParameters);
+             (outgoing_parameters_ ? 0 : kNoParameters) | (force_round_ ? 0 : kNoDeadlock) | (waiting ? kWaiting : 0);
     auto set_bit = [&](size_t section, uint32_t bit) { vec[1 + section * words + bit / 64] |= uint64_t{1} << (bit % 64); };
     auto get_bit = [&](size_t section, uint32_t bit) {
       return (vec[1 + section * words + bit / 64] >> (bit % 64)) & 1;
@@ -225,6 +322,8 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     for (uint32_t bit : local_invalid) vec[1 + words + bit / 64] &= ~(uint64_t{1} << (bit % 64));
     if (backend_.size() > 1) backend_.AllreduceBitsAnd(vec);
     need_round = (vec[0] & kQuiet) != kQuiet;
+    // The coordinator learns whether every rank waits (kept for the next cycle's DeadlockDue).
+    if (backend_.rank() == 0) waiting_.assign(waiting_.size(), (vec[0] & kWaiting) != 0);
 
     // Every rank applies the same cache operations in the same order.
     std::set<uint32_t> invalid;
@@ -243,6 +342,7 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
         held_.push_back(std::move(hits[i]));  // not submitted by every rank yet
       }
     }
+    if (!common.empty()) last_news_ = start;
     for (uint32_t bit : common) {
       cached_responses.push_back(cache_.response(bit));
       cache_.Touch(bit);
@@ -260,6 +360,7 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     RequestList mine;
     mine.shutdown = shutdown;
     mine.shutdown_reason = reason;
+    mine.waiting = waiting;
     if (use_cache) {
       for (const Request& r : uncached) {
         if (CollectiveFor(r.type).cacheable()) sent_[r.name] = r;
@@ -270,6 +371,16 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     any_joined_ = list.any_joined;
     for (const Response& response : list.responses) {
       if (response.type == OpType::JOIN) join_completed_ = true;
+      if (response.type == OpType::ERROR) {
+        // A deadlock error fails this rank's entry of the name even where its request is still a
+        // held cache hit (submitted after the coordinator's last news): it must not run later.
+        held_.erase(std::remove_if(held_.begin(), held_.end(),
+                                   [&](const Held& h) {
+                                     return std::find(response.names.begin(), response.names.end(),
+                                                      h.request.name) != response.names.end();
+                                   }),
+                    held_.end());
+      }
       if (response.names.size() != 1) continue;
       std::optional<Request> own;
       auto it = sent_.find(response.names[0]);

@@ -11,6 +11,16 @@
 // the ordered response list with the OR of every rank's shutdown flag. Every rank then executes
 // cached responses (in bit order), then the coordinator's, fused where possible, so all ranks run
 // the same operations in the same order whatever order they submitted them in.
+//
+// Deadlocks (HOROVOD_DEADLOCK_TIMEOUT_SECONDS). Each rank tells the coordinator whether a caller is
+// blocked waiting on an operation of the set: with its request list, and as a bit of the cache
+// round's AND (so the coordinator knows "every rank waits" in cycles without a round). When every
+// rank that has not joined waits, each has submitted a tensor the coordinator holds, no tensor is
+// ready and nothing new arrived for the timeout, no rank can make progress: the coordinator answers
+// every pending tensor with an ERROR response naming what each rank waits on, and every rank goes
+// on. A rank that computes (waits on nothing) never counts as waiting, so slow ranks never trip it.
+// A cached tensor held on a waiting rank for half the timeout is negotiated through the coordinator
+// (like a stalled one), so that the coordinator sees it.
 #pragma once
 
 #include <chrono>
@@ -43,11 +53,15 @@ class Controller {
  public:
   // `global_ranks[i]` is the global rank of set rank i. `timeline` may be null (it records only on
   // global rank 0, which is the coordinator of every set it belongs to).
-  Controller(Communicator& backend, std::vector<int> global_ranks, const Config& config, Timeline* timeline);
+  // `set_id` names the process set in messages.
+  Controller(Communicator& backend, std::vector<int> global_ranks, const Config& config, Timeline* timeline,
+             int32_t set_id = 0);
 
   // Collective over the set: every member calls it once per cycle with the requests submitted
-  // since the last call. Returns the ordered, fused responses to execute and the shutdown verdict.
-  ResponseList ComputeResponseList(std::vector<Request> requests, bool shutdown, const std::string& shutdown_reason);
+  // since the last call, and whether a caller of this rank is blocked waiting on one of the set's
+  // operations (`waiting`). Returns the ordered, fused responses to execute and the shutdown verdict.
+  ResponseList ComputeResponseList(std::vector<Request> requests, bool shutdown, const std::string& shutdown_reason,
+                                   bool waiting = false);
 
   // Autotune hooks (spec core.md §12); see autotune/parameter_manager.h.
   // Coordinator of the global set only: send `parameters` to every rank with the next response
@@ -57,6 +71,9 @@ class Controller {
   // cycle on, and resize the response cache (`cache_capacity` 0 turns it off). A changed capacity
   // empties the cache, which keeps it identical on every rank.
   void ApplyParameters(int64_t fusion_threshold_bytes, size_t cache_capacity);
+
+  // Host name of each global rank (indexed by global rank), named in deadlock errors; unset: none.
+  void SetHosts(const std::vector<std::string>& global_hosts);
 
   // Whether this rank has joined and the list containing the JOIN response has not been executed.
   bool joined() const { return local_joined_; }
@@ -72,6 +89,11 @@ class Controller {
   // Coordinator only: every rank's request list (indexed by set rank) -> the new responses.
   ResponseList Coordinate(std::vector<RequestList>& lists);
   Response BuildResponse(const std::string& name, std::vector<Request> requests);
+  // Coordinator: whether every rank waits, each on a pending tensor, and nothing arrived for the
+  // deadlock timeout (as of `now`).
+  bool DeadlockDue(std::chrono::steady_clock::time_point now, const std::vector<bool>& waiting) const;
+  // Coordinator: the ERROR responses failing every pending tensor, which it forgets.
+  std::vector<Response> FailDeadlock(std::chrono::steady_clock::time_point now);
 
   Communicator& backend_;
   std::vector<int> global_ranks_;
@@ -98,6 +120,16 @@ class Controller {
   std::set<int> joined_ranks_;
   int last_joined_ = -1;
   std::string stall_reason_;  // set when the stall inspector gave up
+
+  // Deadlock detection (coordinator): the timeout (0: off), when a request last arrived or a
+  // tensor last completed, which set ranks waited as of the last round, and whether the next
+  // cycle must take the coordinator round to report a deadlock.
+  int32_t set_id_;
+  std::chrono::duration<double> deadlock_timeout_;
+  std::chrono::steady_clock::time_point last_news_;
+  std::vector<bool> waiting_;
+  bool force_round_ = false;
+  std::vector<std::string> hosts_;  // by set rank; empty when unknown
 };
 
 }  // namespace horovod

@@ -48,6 +48,7 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   e.sets_ = std::make_unique<ProcessSetRegistry>(e.config_, e.store_.get(), key_prefix, timeline,
                                                  [&e](Controller& controller) { e.ConfigureController(controller); });
   e.sets_->CreateGlobal(std::move(e.stack_.global));
+  e.sets_->Find(0)->controller->SetHosts(e.Hosts());
   e.sets_->CreateStatic(process_sets);
 
   e.timeline_enabled_ = !config.timeline.empty();
@@ -116,7 +117,14 @@ size_t Engine::CacheCapacity(const TunedParameters& parameters) const {
   return parameters.cache_enabled ? static_cast<size_t>(std::max<int64_t>(config_.cache_capacity, 0)) : 0;
 }
 
+std::vector<std::string> Engine::Hosts() const {
+  std::vector<std::string> hosts;
+  for (const auto& peer : stack_.peers) hosts.push_back(peer.first);
+  return hosts;
+}
+
 void Engine::ConfigureController(Controller& controller) {
+  controller.SetHosts(Hosts());
   TunedParameters parameters = CurrentParameters();
   controller.ApplyParameters(parameters.fusion_threshold_bytes, CacheCapacity(parameters));
 }
@@ -148,6 +156,7 @@ int64_t Engine::Enqueue(int32_t process_set_id, std::vector<Request> requests, s
   RecordReadyEvents(entries, stream);
   const int64_t handle = ++last_handle_;
   auto state = std::make_shared<HandleState>(entries.size());
+  state->process_set_id = process_set_id;
   for (size_t i = 0; i < entries.size(); ++i) {
     entries[i].handle = state;
     entries[i].index = i;
@@ -179,6 +188,14 @@ void Engine::NotifyWaiting() {
     wake_ = true;
   }
   wake_cv_.notify_one();
+}
+
+void Engine::WaitStarted(int32_t process_set_id) {
+  if (std::shared_ptr<ProcessSet> set = sets_->Find(process_set_id)) ++set->waiters;
+}
+
+void Engine::WaitEnded(int32_t process_set_id) {
+  if (std::shared_ptr<ProcessSet> set = sets_->Find(process_set_id)) --set->waiters;
 }
 
 std::shared_ptr<HandleState> Engine::GetHandle(int64_t handle) {
@@ -300,7 +317,8 @@ bool Engine::RunCycle() {
     reason = shutdown_reason_;
   }
   ResponseList list =
-      global->controller->ComputeResponseList(global->queue.PopRequests(), shutdown_requested_, reason);
+      global->controller->ComputeResponseList(global->queue.PopRequests(), shutdown_requested_, reason,
+                                             global->waiters.load() > 0);
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     global_stats_ = global->controller->stats();
@@ -319,7 +337,7 @@ bool Engine::RunCycle() {
   }
   for (auto& set : sets_->Members()) {
     if (set->id == 0) continue;
-    ResponseList set_list = set->controller->ComputeResponseList(set->queue.PopRequests(), false, "");
+    ResponseList set_list = set->controller->ComputeResponseList(set->queue.PopRequests(), false, "", set->waiters.load() > 0);
     // A stall in this set shuts every rank down through the global set's next negotiation.
     if (set_list.shutdown) RequestShutdown(set_list.shutdown_reason);
     PerformAll(*set, set_list);

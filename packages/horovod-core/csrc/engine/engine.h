@@ -81,6 +81,10 @@ class Engine {
   // Called by a thread about to block on an unfinished handle: the background thread stops
   // gathering submissions and starts a cycle at once.
   void NotifyWaiting();
+  // Brackets a caller's blocking wait on an unfinished handle of set `process_set_id`: while some
+  // caller waits, this rank counts as waiting on the set (deadlock detection, controller.h).
+  void WaitStarted(int32_t process_set_id);
+  void WaitEnded(int32_t process_set_id);
   void ReleaseHandle(int64_t handle);
 
   // Asks every rank to stop (through negotiation), waits for the background thread, and fails
@@ -131,6 +135,8 @@ class Engine {
   // Autotune: puts `parameters` in force on this rank (every controller, the cycle time).
   void ApplyParameters(const TunedParameters& parameters);
   void ConfigureController(Controller& controller);
+  // Host name of each global rank (empty for a single process).
+  std::vector<std::string> Hosts() const;
   size_t CacheCapacity(const TunedParameters& parameters) const;
 
   Config config_;

@@ -100,6 +100,7 @@ std::vector<char> Serialize(const RequestList& list) {
     w.Put(r.splits);
   }
   w.Put(list.shutdown_reason);
+  w.Put<uint8_t>(list.waiting);
   return w.Take();
 }
 
@@ -123,6 +124,7 @@ RequestList DeserializeRequestList(const std::vector<char>& bytes) {
     q.splits = r.GetVector<int64_t>();
   }
   list.shutdown_reason = r.GetString();
+  list.waiting = r.Get<uint8_t>() != 0;
   return list;
 }
 

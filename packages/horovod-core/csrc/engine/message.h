@@ -37,6 +37,9 @@ struct RequestList {
   std::vector<Request> requests;
   bool shutdown = false;
   std::string shutdown_reason;  // why this rank asks to shut down ("" = hvd.shutdown())
+  // Whether a caller of this rank is blocked waiting on an operation of the set (deadlock detection,
+  // controller.h).
+  bool waiting = false;
 };
 
 // One operation every rank executes, possibly covering several fused tensors.

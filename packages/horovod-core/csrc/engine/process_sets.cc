@@ -34,7 +34,7 @@ void ProcessSetRegistry::CreateGlobal(std::unique_ptr<Communicator> communicator
   for (int r = 0; r < communicator->size(); ++r) set->ranks.push_back(r);
   set->set_rank = communicator->rank();
   set->communicator = std::move(communicator);
-  set->controller = std::make_unique<Controller>(*set->communicator, set->ranks, config_, timeline_);
+  set->controller = std::make_unique<Controller>(*set->communicator, set->ranks, config_, timeline_, 0);
   std::lock_guard<std::mutex> lock(mu_);
   sets_[0] = std::move(set);
 }
@@ -94,7 +94,7 @@ void ProcessSetRegistry::Create(int32_t id, const std::vector<int>& ranks) {
       CommunicatorOptions(config_, store_, key_prefix_ + "set" + std::to_string(++sets_created_) + ".");
   set->communicator = global->communicator->Split(ranks, options);
   if (set->communicator) {
-    set->controller = std::make_unique<Controller>(*set->communicator, ranks, config_, timeline_);
+    set->controller = std::make_unique<Controller>(*set->communicator, ranks, config_, timeline_, id);
     configure_(*set->controller);
   }
   std::lock_guard<std::mutex> lock(mu_);

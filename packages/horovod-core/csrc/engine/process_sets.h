@@ -7,6 +7,7 @@
 // starts).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -38,6 +39,8 @@ struct ProcessSet {
   // the set (background thread only; csrc/executors/gpu_executor.cc).
   std::unique_ptr<Communicator> gpu_communicator;
   int gpu_device = -1;
+  // Callers blocked waiting on the set's operations (bindings' wait; deadlock detection, controller.h).
+  std::atomic<int> waiters{0};
   bool member() const { return set_rank >= 0; }
 };
 

@@ -55,6 +55,8 @@ class OutputBuffer {
 class HandleState {
  public:
   explicit HandleState(size_t num_tensors) : remaining_(num_tensors), outputs_(num_tensors) {}
+  // The process set the handle's operations run on (set by Engine::Enqueue).
+  int32_t process_set_id = 0;
   // Completes tensor `index` of the handle with its engine-allocated outputs (none where the caller
   // gave the output; alltoall: the output and the received splits).
   void Complete(size_t index, const Status& status, std::vector<std::shared_ptr<OutputBuffer>> outputs = {});

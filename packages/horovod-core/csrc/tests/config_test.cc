@@ -32,6 +32,7 @@ TEST(Config, EmptyEnvironmentGivesTheDefaults) {
   EXPECT_DOUBLE_EQ(c.cycle_time_ms, 1.0);
   EXPECT_DOUBLE_EQ(c.gloo_timeout_seconds, 30.0);
   EXPECT_DOUBLE_EQ(c.stall_check_time_seconds, 60.0);
+  EXPECT_DOUBLE_EQ(c.deadlock_timeout_seconds, 5.0);
   EXPECT_EQ(c.log_level, LogLevel::WARNING);
   EXPECT_TRUE(c.shared_memory);
   EXPECT_TRUE(c.shared_memory_single_copy);
@@ -62,6 +63,7 @@ TEST(Config, DocumentedDefaultsMatchTheStruct) {
   EXPECT_DOUBLE_EQ(c.gloo_timeout_seconds, d.gloo_timeout_seconds);
   EXPECT_DOUBLE_EQ(c.stall_check_time_seconds, d.stall_check_time_seconds);
   EXPECT_DOUBLE_EQ(c.stall_shutdown_time_seconds, d.stall_shutdown_time_seconds);
+  EXPECT_DOUBLE_EQ(c.deadlock_timeout_seconds, d.deadlock_timeout_seconds);
   EXPECT_DOUBLE_EQ(c.autotune_gaussian_process_noise, d.autotune_gaussian_process_noise);
   EXPECT_EQ(c.autotune_warmup_samples, d.autotune_warmup_samples);
   EXPECT_EQ(c.autotune_steps_per_sample, d.autotune_steps_per_sample);

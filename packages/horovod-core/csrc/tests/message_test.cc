@@ -29,6 +29,7 @@ TEST(Message, RequestListRoundTrip) {
   RequestList list;
   list.shutdown = true;
   list.shutdown_reason = "rank 3 lost its peer";
+  list.waiting = true;
   list.requests.push_back(FullRequest("grad/layer1"));
   list.requests.push_back(FullRequest(std::string("with\0nul and \xc3\xa9", 15)));
   list.requests.push_back(Request());  // every field at its default
@@ -37,6 +38,7 @@ TEST(Message, RequestListRoundTrip) {
   RequestList back = DeserializeRequestList(Serialize(list));
   EXPECT_TRUE(back.shutdown);
   EXPECT_EQ(back.shutdown_reason, list.shutdown_reason);
+  EXPECT_TRUE(back.waiting);
   ASSERT_EQ(back.requests.size(), list.requests.size());
   for (size_t i = 0; i < list.requests.size(); ++i) {
     EXPECT_TRUE(SameOperation(back.requests[i], list.requests[i])) << "request " << i;
@@ -48,6 +50,7 @@ TEST(Message, RequestListRoundTrip) {
 TEST(Message, EmptyListsRoundTrip) {
   RequestList requests = DeserializeRequestList(Serialize(RequestList()));
   EXPECT_FALSE(requests.shutdown);
+  EXPECT_FALSE(requests.waiting);
   EXPECT_TRUE(requests.requests.empty());
   ResponseList responses = DeserializeResponseList(Serialize(ResponseList()));
   EXPECT_FALSE(responses.shutdown);

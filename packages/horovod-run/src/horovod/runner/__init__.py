@@ -22,7 +22,7 @@ class _HorovodArgs:
                      "min_num_proc", "max_num_proc", "slots", "elastic_timeout", "reset_limit",
                      "cooldown_range", "timeline_filename", "timeline_mark_cycles",
                      "no_stall_check", "stall_check_warning_time_seconds",
-                     "stall_check_shutdown_time_seconds", "mpi_threads_disable", "mpi_args",
+                     "stall_check_shutdown_time_seconds", "deadlock_timeout_seconds", "mpi_threads_disable", "mpi_args",
                      "tcp_flag", "binding_args", "num_nccl_streams", "thread_affinity",
                      "gloo_timeout_seconds", "log_level", "log_with_timestamp",
                      "prefix_output_with_timestamp", "hosts", "hostfile",

@@ -232,6 +232,9 @@ def _make_parser():
                        help="Seconds before a stalled tensor is reported.")
     group.add_argument("--stall-check-shutdown-time-seconds", action=_OverrideAction, type=int,
                        help="Seconds before a stall shuts the job down.")
+    group.add_argument("--deadlock-timeout-seconds", action=_OverrideAction, type=float,
+                       help="Seconds every rank may wait on operations that cannot complete before they "
+                            "fail with a deadlock error (HOROVOD_DEADLOCK_TIMEOUT_SECONDS; 0 never).")
 
     group = parser.add_argument_group("library arguments")
     _add_bool_pair(group, "mpi-threads-disable", "mpi_threads_disable",

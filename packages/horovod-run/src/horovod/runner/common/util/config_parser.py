@@ -22,6 +22,7 @@ HOROVOD_TIMELINE_MARK_CYCLES = env_names.TIMELINE_MARK_CYCLES
 HOROVOD_STALL_CHECK_DISABLE = env_names.STALL_CHECK_DISABLE
 HOROVOD_STALL_CHECK_TIME_SECONDS = env_names.STALL_CHECK_TIME_SECONDS
 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS = env_names.STALL_SHUTDOWN_TIME_SECONDS
+HOROVOD_DEADLOCK_TIMEOUT_SECONDS = env_names.DEADLOCK_TIMEOUT_SECONDS
 HOROVOD_MPI_THREADS_DISABLE = env_names.MPI_THREADS_DISABLE
 HOROVOD_NUM_NCCL_STREAMS = env_names.NUM_NCCL_STREAMS
 NCCL_IB_DISABLE = env_names.NCCL_IB_DISABLE
@@ -54,8 +55,8 @@ _SECTIONS = {
 _NON_NEGATIVE = ["fusion_threshold_mb", "cycle_time_ms", "cache_capacity",
                  "autotune_warmup_samples", "autotune_steps_per_sample",
                  "autotune_bayes_opt_max_samples", "stall_check_warning_time_seconds",
-                 "stall_check_shutdown_time_seconds", "num_nccl_streams", "thread_affinity",
-                 "gloo_timeout_seconds"]
+                 "stall_check_shutdown_time_seconds", "deadlock_timeout_seconds", "num_nccl_streams",
+                 "thread_affinity", "gloo_timeout_seconds"]
 
 
 def set_args_from_config(args, config: dict, override_args):
@@ -154,6 +155,7 @@ def set_env_from_args(env: dict, args) -> dict:
     put(HOROVOD_STALL_CHECK_DISABLE, arg("no_stall_check"), _flag)
     put(HOROVOD_STALL_CHECK_TIME_SECONDS, arg("stall_check_warning_time_seconds"))
     put(HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, arg("stall_check_shutdown_time_seconds"))
+    put(HOROVOD_DEADLOCK_TIMEOUT_SECONDS, arg("deadlock_timeout_seconds"))
     put(HOROVOD_MPI_THREADS_DISABLE, arg("mpi_threads_disable"), _flag)
     put(HOROVOD_NUM_NCCL_STREAMS, arg("num_nccl_streams"))
     if arg("tcp_flag"):
