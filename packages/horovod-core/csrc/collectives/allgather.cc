@@ -41,13 +41,13 @@ class Allgather : public Collective {
 
   void Execute(ExecutionContext& ctx) const override {
     const int size = ctx.communicator.size();
-    const std::string activity = ctx.communicator.Activity("ALLGATHER");
+    const std::string activity = ActivityOf(ctx, "ALLGATHER");
     for (size_t t = 0; t < ctx.entries.size(); ++t) {
       TensorTableEntry& e = *ctx.entries[t];
       AllgatherLayout layout = MakeAllgatherLayout(ctx.response, t, e.input, size);
       std::shared_ptr<OutputBuffer> output = ctx.executor.Allocate(e.input.dtype, layout.shape);
       {
-        ScopedActivity scoped(ctx.timeline, e.name, activity);
+        ScopedActivity scoped(ctx.timeline, e.name, activity.c_str());
         ctx.communicator.Allgather({e.input.data, output->data(), std::move(layout.bytes_per_rank)});
       }
       ctx.outputs[t].push_back(std::move(output));

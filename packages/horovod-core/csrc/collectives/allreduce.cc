@@ -50,7 +50,8 @@ class Allreduce : public Collective {
     if (!gpu.ok()) return gpu;
     if (in.dtype == DataType::BOOL &&
         (request.prescale_factor != 1.0 || request.postscale_factor != 1.0 || request.reduce_op == ReduceOp::AVERAGE)) {
-      return Status::InvalidArgument("bool tensors support allreduce with Sum, Min, Max or Product and no scaling only");
+      return Status::InvalidArgument(
+          "bool tensors support allreduce with Sum, Min, Max or Product and no scaling only");
     }
     return Status::OK();
   }
@@ -75,7 +76,8 @@ class Allreduce : public Collective {
     const DataType dtype = response.dtype;
     const size_t element_size = DataTypeSize(dtype);
     const Reduction reduction = EffectiveReduction(response, comm.size());
-    const bool complete = std::none_of(entries.begin(), entries.end(), [](TensorTableEntry* e) { return e == nullptr; });
+    const bool complete =
+        std::none_of(entries.begin(), entries.end(), [](TensorTableEntry* e) { return e == nullptr; });
 
     int64_t count = 0;
     for (int64_t n : response.tensor_sizes) count += n;
@@ -89,7 +91,7 @@ class Allreduce : public Collective {
       options.dtype = dtype;
       options.op = reduction.op;
       options.scale = reduction.postscale;
-      ScopedActivity activity(ctx.timeline, response.names, comm.Activity("ALLREDUCE"));
+      ScopedActivity activity(ctx.timeline, response.names, ActivityOf(ctx, "ALLREDUCE").c_str());
       comm.AllreducePieces(options);
       return;
     }
@@ -130,7 +132,7 @@ class Allreduce : public Collective {
         ScopedActivity activity(ctx.timeline, response.names, "ADASUM_ALLREDUCE");
         AdasumAllreduce(comm, buffer, count, dtype);
       } else {
-        ScopedActivity activity(ctx.timeline, response.names, comm.Activity("ALLREDUCE"));
+        ScopedActivity activity(ctx.timeline, response.names, ActivityOf(ctx, "ALLREDUCE").c_str());
         comm.Allreduce({buffer, count, dtype, reduction.op});
       }
     }

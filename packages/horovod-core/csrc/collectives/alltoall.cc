@@ -82,7 +82,7 @@ class Alltoall : public Collective {
     AlltoallLayout layout = MakeAlltoallLayout(ctx.response, e.input, ctx.communicator.size(), ctx.set_rank);
     std::shared_ptr<OutputBuffer> output = ctx.executor.Allocate(e.input.dtype, layout.shape);
     {
-      ScopedActivity scoped(ctx.timeline, e.name, ctx.communicator.Activity("ALLTOALL"));
+      ScopedActivity scoped(ctx.timeline, e.name, ActivityOf(ctx, "ALLTOALL").c_str());
       ctx.communicator.Alltoall(
           {e.input.data, std::move(layout.send_bytes), output->data(), std::move(layout.recv_bytes)});
     }

@@ -42,10 +42,10 @@ class Broadcast : public Collective {
 
   void Execute(ExecutionContext& ctx) const override {
     const int root = SetRankOf(ctx.set_ranks, ctx.response.root_rank);
-    const std::string activity = ctx.communicator.Activity("BCAST");
+    const std::string activity = ActivityOf(ctx, "BCAST");
     for (TensorTableEntry* e : ctx.entries) {
       if (ctx.set_rank == root) ctx.executor.Copy({{e->input.data, e->output.data, e->input.num_bytes()}});
-      ScopedActivity scoped(ctx.timeline, e->name, activity);
+      ScopedActivity scoped(ctx.timeline, e->name, activity.c_str());
       ctx.communicator.Broadcast({e->output.data, static_cast<int64_t>(e->output.num_bytes()), root});
     }
   }

@@ -95,6 +95,12 @@ class Collective {
   OpType type_;
 };
 
+// The timeline activity of `op` on the context's communicator (Communicator::Activity), built
+// only while the timeline records: the execution path pays nothing for names otherwise.
+inline std::string ActivityOf(const ExecutionContext& ctx, const char* op) {
+  return ctx.timeline.recording() ? ctx.communicator.Activity(op) : std::string();
+}
+
 // The collective of `type`; throws std::logic_error for a type without one (ERROR).
 const Collective& CollectiveFor(OpType type);
 // Called from the static initialiser of each collective's file; returns true.

@@ -17,7 +17,7 @@ class Barrier : public Collective {
  public:
   Barrier() : Collective(OpType::BARRIER) {}
   void Execute(ExecutionContext& ctx) const override {
-    ScopedActivity scoped(ctx.timeline, ctx.response.names, ctx.communicator.Activity("BARRIER"));
+    ScopedActivity scoped(ctx.timeline, ctx.response.names, ActivityOf(ctx, "BARRIER").c_str());
     ctx.communicator.Barrier();
   }
 };

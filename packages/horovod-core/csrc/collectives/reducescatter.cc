@@ -33,7 +33,9 @@ class Reducescatter : public Collective {
       return Status::Aborted("Reducescatter supports only the Average and Sum reduce ops; got op " +
                              std::to_string(static_cast<int32_t>(request.reduce_op)) + ".");
     }
-    if (entry.input.dtype == DataType::BOOL) return Status::InvalidArgument("reducescatter does not support bool tensors.");
+    if (entry.input.dtype == DataType::BOOL) {
+      return Status::InvalidArgument("reducescatter does not support bool tensors.");
+    }
     return CheckGpuReduction(entry.input, "reducescatter");
   }
 
@@ -68,7 +70,7 @@ class Reducescatter : public Collective {
     const int size = ctx.communicator.size();
     const int me = ctx.set_rank;
     const Reduction reduction = EffectiveReduction(response, size);
-    const std::string activity = ctx.communicator.Activity("REDUCESCATTER");
+    const std::string activity = ActivityOf(ctx, "REDUCESCATTER");
     for (size_t t = 0; t < ctx.entries.size(); ++t) {
       TensorTableEntry& e = *ctx.entries[t];
       const DataType dtype = e.input.dtype;
@@ -80,7 +82,7 @@ class Reducescatter : public Collective {
       void* buffer = executor.FusionBuffer(bytes);
       executor.Copy({{e.input.data, buffer, bytes}});
       if (response.prescale_factor != 1.0) executor.Scale(buffer, count, dtype, response.prescale_factor);
-      scoped.Next(activity);
+      scoped.Next(activity.c_str());
       const int64_t mine_count = layout.counts[me];
       ctx.communicator.Reducescatter({buffer, count, std::move(layout.counts), dtype, reduction.op});
       char* mine = static_cast<char*>(buffer) + layout.offset * element_size;

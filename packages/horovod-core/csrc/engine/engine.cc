@@ -337,7 +337,8 @@ bool Engine::RunCycle() {
   }
   for (auto& set : sets_->Members()) {
     if (set->id == 0) continue;
-    ResponseList set_list = set->controller->ComputeResponseList(set->queue.PopRequests(), false, "", set->waiters.load() > 0);
+    ResponseList set_list =
+        set->controller->ComputeResponseList(set->queue.PopRequests(), false, "", set->waiters.load() > 0);
     // A stall in this set shuts every rank down through the global set's next negotiation.
     if (set_list.shutdown) RequestShutdown(set_list.shutdown_reason);
     PerformAll(*set, set_list);
@@ -394,13 +395,15 @@ void Engine::Perform(ProcessSet& set, const Response& response) {
   std::optional<int64_t> value;
   try {
     DeviceExecutor& executor = executors_.For(set, response.device, entries);
-    executor.Run(entries, [&] {
+    // The body captures one reference, so the std::function holds it without allocating.
+    auto body = [&] {
       ExecutionContext context{response,      entries,  outputs,      executor.CommunicatorOf(set),
                                executor,      set.ranks, set.set_rank, timeline_,
                                sets_.get(),   std::nullopt};
       collective.Execute(context);
       value = context.value;
-    });
+    };
+    executor.Run(entries, [&body] { body(); });
   } catch (const std::exception& e) {
     // The failure ends the engine (BackgroundLoop); these entries are no longer in the queue, so
     // they are failed here.

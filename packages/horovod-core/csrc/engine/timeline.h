@@ -77,14 +77,15 @@ class Timeline {
 
 // One activity of the tensors of an operation, for as long as the object lives: started (when the
 // timeline is recording) on construction, ended on destruction; Next ends it and starts the
-// following one. `tensors` must outlive the object.
+// following one. `tensors` must outlive the object; `activity` is read only during the call (no
+// string is built for it, so a timeline that is not recording costs one branch).
 class ScopedActivity {
  public:
-  ScopedActivity(Timeline& timeline, const std::vector<std::string>& tensors, const std::string& activity)
+  ScopedActivity(Timeline& timeline, const std::vector<std::string>& tensors, const char* activity)
       : timeline_(timeline), tensors_(&tensors), active_(timeline.recording()) {
     if (active_) Begin(activity);
   }
-  ScopedActivity(Timeline& timeline, const std::string& tensor, const std::string& activity)
+  ScopedActivity(Timeline& timeline, const std::string& tensor, const char* activity)
       : timeline_(timeline), tensor_(&tensor), active_(timeline.recording()) {
     if (active_) Begin(activity);
   }
@@ -93,17 +94,17 @@ class ScopedActivity {
   }
   ScopedActivity(const ScopedActivity&) = delete;
   ScopedActivity& operator=(const ScopedActivity&) = delete;
-  void Next(const std::string& activity) {
+  void Next(const char* activity) {
     if (!active_) return;
     Finish();
     Begin(activity);
   }
 
  private:
-  void Begin(const std::string& activity) {
-    if (tensor_) timeline_.ActivityStart(*tensor_, activity.c_str());
+  void Begin(const char* activity) {
+    if (tensor_) timeline_.ActivityStart(*tensor_, activity);
     if (tensors_) {
-      for (const auto& tensor : *tensors_) timeline_.ActivityStart(tensor, activity.c_str());
+      for (const auto& tensor : *tensors_) timeline_.ActivityStart(tensor, activity);
     }
   }
   void Finish() {

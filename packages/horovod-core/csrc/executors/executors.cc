@@ -41,7 +41,9 @@ void RecordReadyEvents(std::vector<TensorTableEntry>& entries, intptr_t stream) 
     if (entry.input.device == kCpuDevice) continue;
     std::string why;
     GpuOps* gpu = LoadGpuOps(&why);
-    if (gpu == nullptr) throw EngineError(Status::PreconditionError("Cannot run '" + entry.name + "' on a GPU: " + why + "."));
+    if (gpu == nullptr) {
+      throw EngineError(Status::PreconditionError("Cannot run '" + entry.name + "' on a GPU: " + why + "."));
+    }
     entry.stream = stream;
     try {
       entry.ready_event = gpu->RecordEvent(entry.input.device, stream);
