@@ -122,13 +122,7 @@ TEST_P(Backends, SplitMakesASubCommunicator) {
   RunBackends(n, shared_memory(), [&](int rank, Communicator& backend) {
     std::vector<int> members;
     for (int r = 1; r < n; ++r) members.push_back(r);  // everyone but rank 0
-    BackendOptions options;
-    options.rank = rank;
-    options.size = n;
-    options.store = store.get();
-    options.key_prefix = "split/";
-    options.hostname = "127.0.0.1";
-    options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(testing::kRankTimeout);
+    BackendOptions options = testing::LoopbackOptions(rank, n, store.get(), "split/");
     std::unique_ptr<Communicator> sub = backend.Split(members, options);
     if (rank == 0) {
       EXPECT_EQ(sub, nullptr);

@@ -96,7 +96,8 @@ TEST(EnqueueChecks, GpuReductionsOnlyOfTypesNcclReduces) {
     EXPECT_EQ(s.type(), StatusType::INVALID_ARGUMENT) << DataTypeName(dtype);
     EXPECT_NE(s.reason().find("NCCL"), std::string::npos) << s.reason();
   }
-  EXPECT_TRUE(Check(Req(OpType::ALLREDUCE, DataType::BFLOAT16, {2}), Entry(DataType::BFLOAT16, {2}, 0), c.context).ok());
+  EXPECT_TRUE(
+      Check(Req(OpType::ALLREDUCE, DataType::BFLOAT16, {2}), Entry(DataType::BFLOAT16, {2}, 0), c.context).ok());
   // The same types on the CPU are fine.
   EXPECT_TRUE(Check(Req(OpType::ALLREDUCE, DataType::INT16, {2}), Entry(DataType::INT16, {2}), c.context).ok());
   Status rs = Check(Req(OpType::REDUCESCATTER, DataType::INT16, {2}), Entry(DataType::INT16, {2}, 0), c.context);
@@ -218,7 +219,8 @@ TEST(Describe, ResponseSizesPerOperation) {
   Response reduce;
   CollectiveFor(OpType::ALLREDUCE).Describe({Req(OpType::ALLREDUCE, DataType::FLOAT32, {2, 3})}, 2, &reduce);
   EXPECT_EQ(reduce.tensor_sizes, std::vector<int64_t>{6});
-  std::vector<Request> all{Req(OpType::ALLTOALL, DataType::FLOAT32, {4}), Req(OpType::ALLTOALL, DataType::FLOAT32, {6})};
+  std::vector<Request> all{Req(OpType::ALLTOALL, DataType::FLOAT32, {4}),
+                           Req(OpType::ALLTOALL, DataType::FLOAT32, {6})};
   all[1].rank = 1;
   all[1].splits = {1, 5};
   Response alltoall;

@@ -18,17 +18,6 @@ namespace {
 
 using testing::RunRanks;
 
-BackendOptions GlooOptions(const std::shared_ptr<MemoryStore>& store, int rank, int size, const std::string& prefix) {
-  BackendOptions options;
-  options.rank = rank;
-  options.size = size;
-  options.store = store.get();
-  options.key_prefix = prefix;
-  options.hostname = "127.0.0.1";
-  options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(testing::kRankTimeout);
-  return options;
-}
-
 // A communicator that implements nothing: every operation is the interface's default.
 class Bare : public Communicator {
  public:
@@ -94,7 +83,8 @@ TEST(CommunicatorDefaults, OneRankAndsWithoutTheControlPlane) {
 // Gloo implements everything but the fused allreduce of separate tensors (only shared memory has it).
 TEST(CommunicatorDefaults, GlooRefusesAllreducePieces) {
   auto store = std::make_shared<MemoryStore>();
-  std::unique_ptr<Communicator> gloo = BackendRegistry::Create("gloo", GlooOptions(store, 0, 1, "pieces/"));
+  std::unique_ptr<Communicator> gloo =
+      BackendRegistry::Create("gloo", testing::LoopbackOptions(0, 1, store.get(), "pieces/"));
   float data[2] = {1, 2};
   EXPECT_FALSE(gloo->SupportsPieces(8, 1));
   ExpectUnsupported([&] { gloo->AllreducePieces({{{data, data, 2}}, DataType::FLOAT32, ReduceOp::SUM, 1.0}); },
@@ -138,7 +128,7 @@ TEST(ForwardingCommunicator, ForwardsEveryOperation) {
   const int n = 3;
   auto store = std::make_shared<MemoryStore>();
   RunRanks(n, [&](int rank) {
-    BackendOptions options = GlooOptions(store, rank, n, "fwd/");
+    BackendOptions options = testing::LoopbackOptions(rank, n, store.get(), "fwd/");
     ForwardingCommunicator comm(BackendRegistry::Create("gloo", options));
     EXPECT_EQ(comm.rank(), rank);
     EXPECT_EQ(comm.size(), n);
@@ -188,7 +178,7 @@ TEST(ForwardingCommunicator, ForwardsEveryOperation) {
       comm.SendRecv({&ours, sizeof(ours), &theirs, sizeof(theirs), peer});
       EXPECT_EQ(theirs, peer * 100);
     }
-    std::unique_ptr<Communicator> sub = comm.Split({0, 2}, GlooOptions(store, rank, n, "fwd-sub/"));
+    std::unique_ptr<Communicator> sub = comm.Split({0, 2}, testing::LoopbackOptions(rank, n, store.get(), "fwd-sub/"));
     if (rank == 1) {
       EXPECT_EQ(sub, nullptr);
     } else {
@@ -212,7 +202,7 @@ TEST_P(Hierarchical, ResultsAndActivities) {
   const int n = 4;
   auto store = std::make_shared<MemoryStore>();
   RunRanks(n, [&](int rank) {
-    BackendOptions options = GlooOptions(store, rank, n, "hier/");
+    BackendOptions options = testing::LoopbackOptions(rank, n, store.get(), "hier/");
     const HostLayout layout = GroupByHost({"a", "a", "b", "b"}, rank);
     ASSERT_EQ(layout.hosts.size(), 2u);
     std::vector<int64_t> pids(n, static_cast<int64_t>(::getpid()));

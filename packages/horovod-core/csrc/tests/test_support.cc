@@ -34,16 +34,21 @@ void RunRanks(int size, const std::function<void(int rank)>& fn) {
   }
 }
 
+BackendOptions LoopbackOptions(int rank, int size, Store* store, const std::string& key_prefix) {
+  BackendOptions options;
+  options.rank = rank;
+  options.size = size;
+  options.store = store;
+  options.key_prefix = key_prefix;
+  options.hostname = "127.0.0.1";
+  options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(kRankTimeout);
+  return options;
+}
+
 void RunBackends(int size, bool shared_memory, const std::function<void(int rank, Communicator& backend)>& fn) {
   auto store = std::make_shared<MemoryStore>();
   RunRanks(size, [&](int rank) {
-    BackendOptions options;
-    options.rank = rank;
-    options.size = size;
-    options.store = store.get();
-    options.key_prefix = "test/";
-    options.hostname = "127.0.0.1";
-    options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(kRankTimeout);
+    BackendOptions options = LoopbackOptions(rank, size, store.get(), "test/");
     std::unique_ptr<Communicator> backend = BackendRegistry::Create("gloo", options);
     if (shared_memory) {
       // Every rank is a thread of this process: one pid for all.

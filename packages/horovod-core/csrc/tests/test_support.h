@@ -37,6 +37,10 @@ class SharedStore : public Store {
 // exception on a rank becomes a test failure naming the rank.
 void RunRanks(int size, const std::function<void(int rank)>& fn);
 
+// Options of a Gloo communicator of rank `rank` of `size` over loopback, rendezvousing through
+// `store` under `key_prefix`, with kRankTimeout.
+BackendOptions LoopbackOptions(int rank, int size, Store* store, const std::string& key_prefix);
+
 // Creates, on every rank's thread, a Gloo communicator of `size` ranks over loopback (and, with
 // `shared_memory`, the shared-memory transport wrapping it), then runs fn(rank, backend), then
 // a barrier (so that every rank keeps its communicator until all are done).
