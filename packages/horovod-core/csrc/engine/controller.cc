@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <string_view>
 #include <stdexcept>
 
 #include "collectives/collective.h"
@@ -15,6 +16,21 @@ namespace {
 
 int64_t MicrosSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The user's part of a binding-generated name "<op>.<user name>" (spec core.md §6.1; "grouped_" and
+// MXNet's "horovod_" may come before <op>), or an empty view when `name` has no such prefix.
+std::string_view UserName(std::string_view name) {
+  const size_t dot = name.find('.');
+  if (dot == std::string_view::npos) return {};
+  std::string_view op = name.substr(0, dot);
+  for (std::string_view lead : {"horovod_", "grouped_"}) {
+    if (op.substr(0, lead.size()) == lead) op.remove_prefix(lead.size());
+  }
+  for (std::string_view known : {"allreduce", "allgather", "broadcast", "alltoall", "reducescatter"}) {
+    if (op == known) return name.substr(dot + 1);
+  }
+  return {};
 }
 
 }  // namespace
@@ -45,7 +61,12 @@ void Controller::SetHosts(const std::vector<std::string>& global_hosts) {
 }
 
 bool Controller::DeadlockDue(std::chrono::steady_clock::time_point now, const std::vector<bool>& waiting) const {
-  if (deadlock_timeout_.count() <= 0 || pending_.empty() || now - last_news_ < deadlock_timeout_) return false;
+  if (deadlock_timeout_.count() <= 0 || now - last_news_ < deadlock_timeout_) return false;
+  return EveryRankWaitsOnPending(waiting);
+}
+
+bool Controller::EveryRankWaitsOnPending(const std::vector<bool>& waiting) const {
+  if (pending_.empty()) return false;
   // Every rank that has not joined waits, and waits on something the coordinator holds (a rank
   // waiting on a cached tensor it has not sent yet sends it first).
   std::vector<bool> has_pending(waiting.size(), false);
@@ -110,6 +131,77 @@ std::vector<Response> Controller::FailDeadlock(std::chrono::steady_clock::time_p
   }
   pending_.clear();
   arrival_order_.clear();
+  last_news_ = now;
+  return out;
+}
+
+std::vector<std::string> Controller::SplitNames() const {
+  // Pending names by user name; a user name under which the ranks submitted different collectives,
+  // each rank exactly one of them and every rank that has not joined some, can never complete.
+  std::unordered_map<std::string_view, std::vector<const std::string*>> by_user_name;
+  for (const std::string& name : arrival_order_) {
+    std::string_view user = UserName(name);
+    if (!user.empty()) by_user_name[user].push_back(&name);
+  }
+  const int size = backend_.size();
+  for (const std::string& name : arrival_order_) {
+    auto group = by_user_name.find(UserName(name));
+    if (group == by_user_name.end() || group->second.size() < 2) continue;
+    std::vector<int> submissions(size, 0);
+    std::set<OpType> types;
+    for (const std::string* member : group->second) {
+      for (const Request& r : pending_.at(*member).requests) {
+        ++submissions[r.rank];
+        types.insert(r.type);
+      }
+    }
+    bool split = types.size() > 1;
+    for (int rank = 0; rank < size && split; ++rank) {
+      split = joined_ranks_.count(rank) ? submissions[rank] == 0 : submissions[rank] == 1;
+    }
+    if (!split) continue;
+    std::vector<std::string> names;
+    for (const std::string* member : group->second) names.push_back(*member);
+    return names;
+  }
+  return {};
+}
+
+std::vector<Response> Controller::FailSplit(const std::vector<std::string>& names,
+                                            std::chrono::steady_clock::time_point now) {
+  std::ostringstream msg;
+  msg << "Mismatched operations: the ranks of process set " << set_id_ << " submitted the name '"
+      << UserName(names[0]) << "' as different collectives:";
+  const char* separator = " ";
+  for (int rank = 0; rank < backend_.size(); ++rank) {
+    for (const std::string& name : names) {
+      for (const Request& r : pending_.at(name).requests) {
+        if (r.rank != rank) continue;
+        msg << separator << "rank " << global_ranks_[rank];
+        if (!hosts_.empty()) msg << " (host " << hosts_[rank] << ")";
+        msg << " submitted " << OpTypeName(r.type) << " " << name;
+        separator = "; ";
+      }
+    }
+  }
+  msg << ". The same name must be the same collective on every rank.";
+  HVD_LOG(ERROR) << msg.str();
+  const bool record = timeline_ != nullptr && timeline_->recording();
+  std::vector<Response> out;
+  for (const std::string& name : names) {
+    if (record) timeline_->NegotiateEnd(name);
+    Response error;
+    error.type = OpType::ERROR;
+    error.names.push_back(name);
+    error.error_message = msg.str();
+    out.push_back(std::move(error));
+    pending_.erase(name);
+  }
+  arrival_order_.erase(std::remove_if(arrival_order_.begin(), arrival_order_.end(),
+                                      [&](const std::string& n) {
+                                        return std::find(names.begin(), names.end(), n) != names.end();
+                                      }),
+                       arrival_order_.end());
   last_news_ = now;
   return out;
 }
@@ -192,8 +284,15 @@ ResponseList Controller::Coordinate(std::vector<RequestList>& lists) {
   arrival_order_.swap(still_pending);
   if (!out.responses.empty()) {
     last_news_ = now;
-  } else if (DeadlockDue(now, waiting_)) {
-    out.responses = FailDeadlock(now);
+  } else if (EveryRankWaitsOnPending(waiting_)) {
+    // Nothing completes while every rank waits: either the ranks used one name for different
+    // collectives (reported at once), or a deadlock once nothing arrived for the timeout.
+    std::vector<std::string> split = SplitNames();
+    if (!split.empty()) {
+      out.responses = FailSplit(split, now);
+    } else if (DeadlockDue(now, waiting_)) {
+      out.responses = FailDeadlock(now);
+    }
   }
 
   if (static_cast<int>(joined_ranks_.size()) == size) {
@@ -254,7 +353,10 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     stall_reason_ = stall_inspector_.Check(pending_, joined_ranks_);
   }
   // A deadlock seen in the cache round of an earlier cycle is reported through a coordinator round.
-  if (backend_.rank() == 0 && DeadlockDue(start, waiting_)) force_round_ = true;
+  if (backend_.rank() == 0 && (DeadlockDue(start, waiting_) ||
+                               (EveryRankWaitsOnPending(waiting_) && !SplitNames().empty()))) {
+    force_round_ = true;
+  }
   std::string reason = shutdown_reason;
   if (!stall_reason_.empty()) {
     shutdown = true;

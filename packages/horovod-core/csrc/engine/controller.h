@@ -19,6 +19,8 @@
 // ready and nothing new arrived for the timeout, no rank can make progress: the coordinator answers
 // every pending tensor with an ERROR response naming what each rank waits on, and every rank goes
 // on. A rank that computes (waits on nothing) never counts as waiting, so slow ranks never trip it.
+// When every rank waits and the ranks submitted one user name as different collectives (rank 0
+// "allreduce.m", rank 1 "allgather.m"), that is reported at once as a mismatch, without the timeout.
 // A cached tensor held on a waiting rank for half the timeout is negotiated through the coordinator
 // (like a stalled one), so that the coordinator sees it.
 #pragma once
@@ -92,6 +94,14 @@ class Controller {
   // Coordinator: whether every rank waits, each on a pending tensor, and nothing arrived for the
   // deadlock timeout (as of `now`).
   bool DeadlockDue(std::chrono::steady_clock::time_point now, const std::vector<bool>& waiting) const;
+  // Coordinator: whether every rank that has not joined waits (as `waiting` says), each on a
+  // pending tensor.
+  bool EveryRankWaitsOnPending(const std::vector<bool>& waiting) const;
+  // Coordinator: pending names that carry one user name ("allreduce.m", "allgather.m") submitted as
+  // different collectives, each rank one of them; empty when there are none.
+  std::vector<std::string> SplitNames() const;
+  // Coordinator: the ERROR responses failing `names` (from SplitNames), which it forgets.
+  std::vector<Response> FailSplit(const std::vector<std::string>& names, std::chrono::steady_clock::time_point now);
   // Coordinator: the ERROR responses failing every pending tensor, which it forgets.
   std::vector<Response> FailDeadlock(std::chrono::steady_clock::time_point now);
 

@@ -92,14 +92,14 @@ Config WithTimeout(double seconds, bool cache) {
 // (ranks, response cache on)
 class Deadlock : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
-// Rank 0 allreduces "allreduce.m" while the others allgather "allgather.m", and every rank waits.
+// Rank 0 allreduces "allreduce.m" while the others allgather "allgather.n", and every rank waits.
 TEST_P(Deadlock, DifferentOperationsFailOnEveryRankNamingEach) {
   const auto [size, cache] = GetParam();
   Script script;
   script.cycles = 80;  // at least 0.8 s; the timeout is 0.3 s
   script.submit = [](int rank, int c) {
     if (c != 0) return std::vector<Request>{};
-    return std::vector<Request>{rank == 0 ? Allreduce("allreduce.m") : Allgather("allgather.m")};
+    return std::vector<Request>{rank == 0 ? Allreduce("allreduce.m") : Allgather("allgather.n")};
   };
   script.waiting = [](int, int) { return true; };
   Runs runs = RunScript(size, WithTimeout(0.3, cache), script);
@@ -110,7 +110,7 @@ TEST_P(Deadlock, DifferentOperationsFailOnEveryRankNamingEach) {
     // Not before the timeout.
     EXPECT_GE(runs.ends[rank][first.first_error_cycle], 0.3) << "rank " << rank;
     EXPECT_TRUE(o.completed.empty()) << "rank " << rank;
-    EXPECT_EQ(o.failed, (std::vector<std::string>{"allgather.m", "allreduce.m"})) << "rank " << rank;
+    EXPECT_EQ(o.failed, (std::vector<std::string>{"allgather.n", "allreduce.m"})) << "rank " << rank;
     EXPECT_EQ(o.first_error_cycle, first.first_error_cycle) << "rank " << rank;
     EXPECT_EQ(o.message, first.message);
   }
@@ -118,9 +118,63 @@ TEST_P(Deadlock, DifferentOperationsFailOnEveryRankNamingEach) {
   EXPECT_NE(m.find("Deadlock: every rank of process set 3"), std::string::npos) << m;
   EXPECT_NE(m.find("rank 0 waits on allreduce.m (ALLREDUCE, not submitted by rank"), std::string::npos) << m;
   for (int rank = 1; rank < size; ++rank) {
-    EXPECT_NE(m.find("rank " + std::to_string(rank) + " waits on allgather.m (ALLGATHER, not submitted by rank 0)"),
+    EXPECT_NE(m.find("rank " + std::to_string(rank) + " waits on allgather.n (ALLGATHER, not submitted by rank 0)"),
               std::string::npos)
         << m;
+  }
+}
+
+// One user name, different collectives: rank 0 allreduces "m" ("allreduce.m") while the others
+// allgather "m" ("allgather.m"), and every rank waits. A mismatch, reported in the next cycles
+// without waiting for the (30 s) deadlock timeout, or when the timeout is off; another tensor
+// pending meanwhile still completes.
+TEST_P(Deadlock, OneNameAsDifferentCollectivesIsAMismatchAtOnce) {
+  const auto [size, cache] = GetParam();
+  for (double timeout : {30.0, 0.0}) {
+    Script script;
+    script.cycles = 30;
+    script.submit = [](int rank, int c) {
+      if (c == 0) return std::vector<Request>{rank == 0 ? Allreduce("allreduce.m") : Allgather("allgather.m")};
+      if (c == 1) return std::vector<Request>{Allreduce("x")};
+      return std::vector<Request>{};
+    };
+    script.waiting = [](int, int c) { return c >= 1; };
+    Runs runs = RunScript(size, WithTimeout(timeout, cache), script, /*with_hosts=*/true);
+    const Outcome first = Summarise(runs.lists[0]);
+    for (int rank = 0; rank < size; ++rank) {
+      const Outcome o = Summarise(runs.lists[rank]);
+      EXPECT_EQ(o.completed, (std::vector<std::string>{"x"})) << "rank " << rank;
+      EXPECT_EQ(o.failed, (std::vector<std::string>{"allgather.m", "allreduce.m"})) << "rank " << rank;
+      ASSERT_GE(o.first_error_cycle, 1) << "rank " << rank;
+      EXPECT_LT(o.first_error_cycle, 10) << "rank " << rank;
+      EXPECT_EQ(o.message, first.message);
+    }
+    const std::string& m = first.message;
+    EXPECT_NE(m.find("Mismatched operations: the ranks of process set 3 submitted the name 'm' as different "
+                     "collectives: rank 0 (host host-a) submitted ALLREDUCE allreduce.m; rank 1 (host host-b) "
+                     "submitted ALLGATHER allgather.m"),
+              std::string::npos)
+        << m;
+  }
+}
+
+// Both ranks submit "allreduce.m" and "allgather.m" asynchronously, in opposite orders, and wait
+// only once both are submitted: legitimate, both complete.
+TEST_P(Deadlock, OneNameForTwoCollectivesOnEveryRankCompletes) {
+  const auto [size, cache] = GetParam();
+  Script script;
+  script.cycles = 30;
+  script.submit = [](int rank, int c) {
+    if (c == 0) return std::vector<Request>{rank == 0 ? Allreduce("allreduce.m") : Allgather("allgather.m")};
+    if (c == 5) return std::vector<Request>{rank == 0 ? Allgather("allgather.m") : Allreduce("allreduce.m")};
+    return std::vector<Request>{};
+  };
+  script.waiting = [](int, int c) { return c >= 5; };
+  Runs runs = RunScript(size, WithTimeout(30.0, cache), script);
+  for (int rank = 0; rank < size; ++rank) {
+    const Outcome o = Summarise(runs.lists[rank]);
+    EXPECT_TRUE(o.failed.empty()) << "rank " << rank << ": " << o.message;
+    EXPECT_EQ(o.completed.size(), 2u) << "rank " << rank;
   }
 }
 
