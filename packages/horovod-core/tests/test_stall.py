@@ -24,13 +24,15 @@ def _stall(log_path, warm_up_steps):
     basics.init()
     rank = basics.rank()
 
-    def allreduce(name):
-        x = np.ones(4, np.float32)
-        ops.wait(ops.allreduce_async([x], [x], [name], 1))
+    def allreduce(*names):
+        xs = [np.ones(4, np.float32) for _ in names]
+        handles = [ops.allreduce_async([x], [x], [name], 1) for x, name in zip(xs, names)]
+        for handle in handles:
+            ops.wait(handle)
 
-    # Steps every rank takes: after them the tensor is in the response cache.
+    # Steps every rank takes: after them the tensors are in the response cache.
     for _ in range(warm_up_steps):
-        allreduce("allreduce.stalled")
+        allreduce("allreduce.stalled", "allreduce.stalled2")
     start = time.monotonic()
     if rank == 1:
         time.sleep(12)  # skips the tensor rank 0 waits on
@@ -40,7 +42,7 @@ def _stall(log_path, warm_up_steps):
         except HorovodInternalError as e:
             return [str(e), time.monotonic() - start]
     try:
-        allreduce("allreduce.stalled")
+        allreduce("allreduce.stalled", "allreduce.stalled2")
         return ["completed", time.monotonic() - start]
     except HorovodInternalError as e:
         return [str(e), time.monotonic() - start]
@@ -54,15 +56,18 @@ def test_stall_warns_then_shuts_down_every_rank(tmp_path, warm_up_steps):
     (message0, elapsed0), (message1, _) = results
     # Rank 0's pending operation failed once the shutdown time passed (plus check intervals, and
     # for a cached tensor the eviction after the warning time), not after rank 1 woke up.
-    assert "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" in message0 and "allreduce.stalled" in message0, message0
-    assert "rank 1" in message0, message0
+    assert "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" in message0, message0
+    # Names every stalled tensor and the rank that did not submit it.
+    for name in ("allreduce.stalled", "allreduce.stalled2"):
+        assert f"'{name}' (" in message0 and "not submitted by rank 1)" in message0, message0
     assert 5 <= elapsed0 < 12, elapsed0
     # Rank 1's later operation fails with the same reason instead of hanging.
-    assert "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" in message1, message1
+    assert "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" in message1 and "'allreduce.stalled' (" in message1, message1
     # Rank 0 (the coordinator) logged the warning naming the missing rank and the tensor.
     log = (tmp_path / "log").read_text()
     assert "Stalled tensors" in log, log
-    assert "\n1!: [allreduce.stalled]" in log or "\n1: [allreduce.stalled]" in log, log
+    listing = [line for line in log.splitlines() if line.startswith(("1: [", "1!: ["))]
+    assert listing and all("allreduce.stalled" in line and "allreduce.stalled2" in line for line in listing), log
 
 
 def _warn_only(log_path):

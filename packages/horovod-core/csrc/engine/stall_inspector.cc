@@ -1,7 +1,9 @@
 #include "stall_inspector.h"
 
+#include <algorithm>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "logging.h"
 
@@ -41,9 +43,8 @@ std::string StallInspector::Check(const std::unordered_map<std::string, PendingT
   // past the shutdown time.
   std::map<int, std::vector<std::string>> missing;
   std::map<int, bool> past_shutdown;
-  std::string shutdown_tensor;
-  std::vector<int> shutdown_missing;
-  double longest = 0;
+  // The tensors past the shutdown time, longest-waiting first: (seconds, name, missing ranks).
+  std::vector<std::tuple<double, std::string, std::vector<int>>> over_shutdown;
   for (const auto& [name, tensor] : pending) {
     double waited = std::chrono::duration<double>(now - tensor.first_seen).count();
     if (waited < warning_seconds_) continue;
@@ -58,11 +59,7 @@ std::string StallInspector::Check(const std::unordered_map<std::string, PendingT
       missing[global].push_back(name);
       past_shutdown[global] = past_shutdown[global] || over;
     }
-    if (over && waited > longest) {
-      longest = waited;
-      shutdown_tensor = name;
-      shutdown_missing = absent;
-    }
+    if (over && !absent.empty()) over_shutdown.emplace_back(waited, name, absent);
   }
   if (missing.empty()) return "";
 
@@ -81,13 +78,21 @@ std::string StallInspector::Check(const std::unordered_map<std::string, PendingT
   }
   HVD_LOG(WARNING) << msg.str();
 
-  if (shutdown_tensor.empty()) return "";
+  if (over_shutdown.empty()) return "";
+  std::sort(over_shutdown.begin(), over_shutdown.end(), [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
   std::ostringstream reason;
-  reason << "Horovod shut down because tensor '" << shutdown_tensor << "' waited more than " << shutdown_seconds_
-         << " seconds (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS) for rank";
-  reason << (shutdown_missing.size() > 1 ? "s " : " ");
-  for (size_t i = 0; i < shutdown_missing.size(); ++i) reason << (i ? ", " : "") << shutdown_missing[i];
-  reason << " to submit it: the ranks were submitting different collectives.";
+  reason << "Horovod shut down: " << over_shutdown.size() << (over_shutdown.size() > 1 ? " tensors" : " tensor")
+         << " waited more than " << shutdown_seconds_
+         << " seconds (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS) for ranks that did not submit them:";
+  for (size_t i = 0; i < over_shutdown.size() && i < kNamesPerRank; ++i) {
+    const auto& [waited, name, absent] = over_shutdown[i];
+    reason << (i ? "; '" : " '") << name << "' (" << static_cast<int64_t>(waited) << " s, not submitted by rank"
+           << (absent.size() > 1 ? "s " : " ");
+    for (size_t j = 0; j < absent.size(); ++j) reason << (j ? ", " : "") << absent[j];
+    reason << ")";
+  }
+  if (over_shutdown.size() > kNamesPerRank) reason << "; ...";
+  reason << ". The ranks were submitting different collectives.";
   HVD_LOG(ERROR) << "A rank marked '!' has stalled longer than " << shutdown_seconds_
                  << " seconds; shutting Horovod down. " << reason.str();
   return reason.str();
