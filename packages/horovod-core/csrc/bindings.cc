@@ -415,6 +415,10 @@ NB_MODULE(_core, m) {
     auto engine = RequireEngineForQuery();
     Checked([&] { engine->StartTimeline(path, mark_cycles); });
   }, nb::arg("file_path"), nb::arg("mark_cycles"));
+  m.def("dump_flight_recorder", [](const std::string& dir, const std::string& reason) {
+    auto engine = RequireEngineForQuery();
+    return Checked([&] { return engine->DumpFlightRecorder(dir, reason); });
+  }, nb::arg("dir"), nb::arg("reason"));
   m.def("stop_timeline", [] {
     auto engine = RequireEngineForQuery();
     Checked([&] { engine->StopTimeline(); });

@@ -90,6 +90,27 @@ LOOPING_WORKER = textwrap.dedent("""
 """)
 
 
+# Correct steps, then rank 0 allreduces a tensor the others skip: a deadlock on every rank.
+DIVERGING_WORKER = textwrap.dedent("""
+    import numpy as np
+    from horovod.common import ops
+    from horovod.common.basics import HorovodBasics
+
+    hvd = HorovodBasics()
+    hvd.init()
+
+    def allreduce(name):
+        x = np.ones(4, np.float32)
+        ops.wait(ops.allreduce_async([x], [x], [name], hvd.Sum))
+
+    for step in range(3):
+        allreduce("allreduce.step%d" % step)
+    if hvd.rank() == 0:
+        allreduce("allreduce.extra")
+    allreduce("allreduce.loss")
+""")
+
+
 def _results(stdout):
     results = {}
     for line in stdout.splitlines():
@@ -385,3 +406,21 @@ def test_interface_missing_on_a_host_is_named(bed, topology_worker):
                          r"network interface 'hvdtest0'" % (re.escape(_addr(bed, index)),
                                                             re.escape(_name(bed, index))),
                          run.stderr) for index in (1, 2)), run.stderr
+
+
+def test_failed_job_gathers_the_flight_recorder_and_names_the_divergence(bed, tmp_path):
+    worker = tmp_path / "diverge.py"
+    worker.write_text(DIVERGING_WORKER)
+    temporary = set(pathlib.Path("/tmp").glob("horovod-flight-recorder-*"))
+    run = _horovodrun(bed, ["--gloo", "--disable-cache", "--deadlock-timeout-seconds", "1", "-np", "2",
+                            "-H", "%s:1,%s:1" % (_addr(bed, 1), _addr(bed, 2)), sys.executable, str(worker)])
+    assert run.returncode != 0, run.stdout + run.stderr
+    err = run.stderr
+    assert "its flight recorder says:" in err, err
+    assert "Process set 0 (ranks 0, 1): the ranks diverged at operation #3:" in err, err
+    assert "rank 0 (host %s): allreduce.extra (ALLREDUCE, float32 [4], failed)" % _name(bed, 1) in err, err
+    assert "rank 1 (host %s): allreduce.loss (ALLREDUCE, float32 [4], failed)" % _name(bed, 2) in err, err
+    assert "allreduce.extra was never submitted by rank 1" in err, err
+    assert "Errors recorded: Deadlock" in err, err
+    # The launcher's temporary directory is gone (the hosts share this file system).
+    assert set(pathlib.Path("/tmp").glob("horovod-flight-recorder-*")) == temporary

@@ -112,6 +112,12 @@ const std::vector<Knob>& Knobs() {
        "fail the pending operations once every rank of a set has waited this long on operations that cannot "
        "complete, seconds (0: never)",
        DOUBLE_KNOB("HOROVOD_DEADLOCK_TIMEOUT_SECONDS", deadlock_timeout_seconds, 0.0)},
+      {"HOROVOD_FLIGHT_RECORDER_SIZE", "1024", "operations the flight recorder keeps per rank (0: off)",
+       INT_KNOB("HOROVOD_FLIGHT_RECORDER_SIZE", flight_recorder_size, 0)},
+      {"HOROVOD_FLIGHT_RECORDER_DIR", "",
+       "directory the flight recorder is written to on a deadlock, mismatch or stall error or a lost peer "
+       "(empty: only on demand)",
+       STRING_KNOB(flight_recorder_dir)},
       {"HOROVOD_AUTOTUNE", "0", "tune fusion threshold, cycle time and response cache (rank 0 decides)", BOOL_KNOB("HOROVOD_AUTOTUNE", autotune)},
       {"HOROVOD_AUTOTUNE_LOG", "", "CSV log of autotune samples (rank 0)", STRING_KNOB(autotune_log)},
       {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "3", "autotune samples discarded at the start",

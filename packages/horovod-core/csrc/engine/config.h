@@ -40,6 +40,9 @@ struct Config {
   // Every rank of a set blocked waiting, nothing completable and nothing new for this long: the
   // pending operations fail with a deadlock error (engine/controller.h). 0 disables.
   double deadlock_timeout_seconds = 5.0;
+  // The flight recorder: operations kept per rank (0: off), and where automatic dumps go ("": none).
+  int64_t flight_recorder_size = 1024;
+  std::string flight_recorder_dir;
 
   bool autotune = false;
   std::string autotune_log;

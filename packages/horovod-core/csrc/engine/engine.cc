@@ -50,6 +50,10 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   e.sets_->CreateGlobal(std::move(e.stack_.global));
   e.sets_->Find(0)->controller->SetHosts(e.Hosts());
   e.sets_->CreateStatic(process_sets);
+  std::vector<std::string> hosts = e.Hosts();
+  e.recorder_ = std::make_unique<FlightRecorder>(static_cast<size_t>(config.flight_recorder_size),
+                                                 config.flight_recorder_dir, e.config_.rank, e.config_.size,
+                                                 hosts.empty() ? e.config_.hostname : hosts[e.config_.rank]);
 
   e.timeline_enabled_ = !config.timeline.empty();
   if (e.timeline_enabled_ && config.timeline != "DYNAMIC" && e.config_.rank == 0) {
@@ -88,6 +92,19 @@ void Engine::StopTimeline() {
 bool Engine::mpi_threads_supported() {
   std::shared_ptr<ProcessSet> global = sets_->Find(0);
   return global && global->communicator && global->communicator->threads_supported();
+}
+
+std::string Engine::DumpFlightRecorder(const std::string& dir, const std::string& reason) {
+  if (!recorder_->enabled()) {
+    throw EngineError(Status::InvalidArgument(
+        "The flight recorder is off (HOROVOD_FLIGHT_RECORDER_SIZE=0 when Horovod was initialized)."));
+  }
+  const std::string& target = dir.empty() ? recorder_->dir() : dir;
+  if (target.empty()) {
+    throw EngineError(Status::InvalidArgument(
+        "No directory for the flight recorder: pass one, or set HOROVOD_FLIGHT_RECORDER_DIR before hvd.init()."));
+  }
+  return recorder_->Dump(target, reason, sets_->Ranks());
 }
 
 NegotiationStats Engine::GlobalStats() {
@@ -154,6 +171,7 @@ int64_t Engine::Enqueue(int32_t process_set_id, std::vector<Request> requests, s
     if (!status.ok()) throw EngineError(status);
   }
   RecordReadyEvents(entries, stream);
+  for (size_t i = 0; i < entries.size(); ++i) entries[i].flight_id = recorder_->Submitted(requests[i], process_set_id);
   const int64_t handle = ++last_handle_;
   auto state = std::make_shared<HandleState>(entries.size());
   state->process_set_id = process_set_id;
@@ -165,10 +183,13 @@ int64_t Engine::Enqueue(int32_t process_set_id, std::vector<Request> requests, s
     std::lock_guard<std::mutex> lock(handles_mu_);
     handles_[handle] = state;
   }
+  std::vector<FlightRecorder::Id> recorded;
+  for (const auto& entry : entries) recorded.push_back(entry.flight_id);
   try {
     set->queue.Add(std::move(requests), std::move(entries));
-  } catch (...) {
+  } catch (const std::exception& e) {
     ReleaseHandle(handle);
+    for (FlightRecorder::Id id : recorded) recorder_->Ended(id, e.what());
     throw;
   }
   submissions_.fetch_add(1, std::memory_order_seq_cst);
@@ -294,9 +315,14 @@ void Engine::BackgroundLoop() {
   }
   std::vector<std::shared_ptr<ProcessSet>> sets = sets_->All();
   for (auto& set : sets) {
-    for (TensorTableEntry& entry : set->queue.Close(status)) entry.handle->Complete(entry.index, status);
+    for (TensorTableEntry& entry : set->queue.Close(status)) {
+      recorder_->Ended(entry.flight_id, status.reason());
+      entry.handle->Complete(entry.index, status);
+    }
   }
   if (status.reason() != kShutdownMessage && !exit_reason_.empty()) HVD_LOG(ERROR) << status.reason();
+  // A stall shutdown, a lost peer or another failure (not a plain shutdown): keep the record.
+  if (status.reason() != kShutdownMessage) recorder_->DumpAutomatically(status.reason(), sets_->Ranks());
   // Close every connection now, so that peers blocked on this rank fail at once instead of
   // waiting for their timeout.
   for (auto& set : sets) {
@@ -356,16 +382,28 @@ void Engine::PerformAll(ProcessSet& set, const ResponseList& list) {
       }
     }
   }
-  if (!list.responses.empty()) progress_ = true;
-  for (const Response& response : list.responses) Perform(set, response);
+  if (list.responses.empty()) return;
+  progress_ = true;
+  const int64_t negotiated_us = recorder_->enabled() ? WallMicros() : 0;
+  for (const Response& response : list.responses) Perform(set, response, negotiated_us);
+  if (!failed_.empty()) {
+    // Error responses (a mismatch, a deadlock) failed operations of this rank: the flight recorder
+    // is written before their callers learn it (and go on submitting).
+    recorder_->DumpAutomatically(failed_.front().second, sets_->Ranks());
+    for (auto& [entry, message] : failed_) entry.handle->Complete(entry.index, Status::PreconditionError(message));
+    failed_.clear();
+  }
 }
 
-void Engine::Perform(ProcessSet& set, const Response& response) {
+void Engine::Perform(ProcessSet& set, const Response& response, int64_t negotiated_us) {
   // This rank's entries; a rank that has joined has none for the others' allreduces.
   std::vector<TensorTableEntry> owned(response.names.size());
   std::vector<TensorTableEntry*> entries(response.names.size(), nullptr);
   for (size_t i = 0; i < response.names.size(); ++i) {
-    if (set.queue.TryTake(response.names[i], &owned[i])) entries[i] = &owned[i];
+    if (set.queue.TryTake(response.names[i], &owned[i])) {
+      entries[i] = &owned[i];
+      recorder_->Started(owned[i].flight_id, negotiated_us);
+    }
   }
   const bool record = timeline_.recording();
   auto end_all = [&] {
@@ -379,7 +417,9 @@ void Engine::Perform(ProcessSet& set, const Response& response) {
   if (response.type == OpType::ERROR) {
     end_all();
     for (auto* e : entries) {
-      if (e) e->handle->Complete(e->index, Status::PreconditionError(response.error_message));
+      if (!e) continue;
+      recorder_->Ended(e->flight_id, response.error_message);
+      failed_.emplace_back(std::move(*e), response.error_message);  // completed by PerformAll
     }
     return;
   }
@@ -410,7 +450,9 @@ void Engine::Perform(ProcessSet& set, const Response& response) {
     end_all();
     Status failed = Status::UnknownError(std::string("Horovod ") + OpTypeName(response.type) + " failed: " + e.what());
     for (auto* entry : entries) {
-      if (entry) entry->handle->Complete(entry->index, failed);
+      if (!entry) continue;
+      recorder_->Ended(entry->flight_id, failed.reason());
+      entry->handle->Complete(entry->index, failed);
     }
     throw;
   }
@@ -428,6 +470,7 @@ void Engine::Perform(ProcessSet& set, const Response& response) {
   }
   for (size_t i = 0; i < entries.size(); ++i) {
     if (!entries[i]) continue;
+    recorder_->Ended(entries[i]->flight_id, "");
     if (value) {
       entries[i]->handle->CompleteWithValue(entries[i]->index, *value);
     } else {

@@ -35,12 +35,14 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "autotune/parameter_manager.h"
 #include "backends/hierarchical/hierarchical.h"
 #include "config.h"
 #include "controller.h"
+#include "flight_recorder.h"
 #include "engine/communicator_stack.h"
 #include "engine/process_sets.h"
 #include "executors/device_executor.h"
@@ -101,6 +103,12 @@ class Engine {
   void StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline();
 
+  // Writes the flight recorder to `<dir>/flight_recorder_rank_<rank>.json` ("": the configured
+  // HOROVOD_FLIGHT_RECORDER_DIR) with `reason` in its header; returns the path. Throws
+  // EngineError(INVALID_ARGUMENT) when the recorder is off (HOROVOD_FLIGHT_RECORDER_SIZE=0), no
+  // directory is given or configured, or the file cannot be written.
+  std::string DumpFlightRecorder(const std::string& dir, const std::string& reason);
+
   // Negotiation counters of the global set.
   NegotiationStats GlobalStats();
   // The parameters in force (autotune may change them; the same on every rank from the cycle
@@ -131,7 +139,8 @@ class Engine {
   bool RunCycle();
   void RequestShutdown(const std::string& reason);
   void PerformAll(ProcessSet& set, const ResponseList& list);
-  void Perform(ProcessSet& set, const Response& response);
+  // `negotiated_us`: when the list arrived (WallMicros; 0 when the flight recorder is off).
+  void Perform(ProcessSet& set, const Response& response, int64_t negotiated_us);
   // Autotune: puts `parameters` in force on this rank (every controller, the cycle time).
   void ApplyParameters(const TunedParameters& parameters);
   void ConfigureController(Controller& controller);
@@ -146,6 +155,9 @@ class Engine {
   Executors executors_;
   Timeline timeline_;
   bool timeline_enabled_ = false;
+  std::unique_ptr<FlightRecorder> recorder_;
+  // Entries failed by error responses of the list being performed, and the messages (background thread).
+  std::vector<std::pair<TensorTableEntry, std::string>> failed_;
 
   std::atomic<int64_t> last_handle_{0};
   std::mutex handles_mu_;

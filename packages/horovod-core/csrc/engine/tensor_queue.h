@@ -90,6 +90,7 @@ struct TensorTableEntry {
   // tensor was submitted (gpu_ops.h). Unused for CPU tensors.
   intptr_t stream = 0;
   std::shared_ptr<void> ready_event;
+  uint64_t flight_id = 0;  // the flight recorder's record (0: none)
 };
 
 // Requests submitted since the last cycle plus every entry not yet executed, keyed by name.

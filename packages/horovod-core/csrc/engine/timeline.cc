@@ -39,14 +39,12 @@ std::string JsonEscape(const std::string& s) {
   return out;
 }
 
-std::string Quoted(const std::string& s) { return "\"" + JsonEscape(s) + "\""; }
-
 // {"ph": "<ph>", "name": "<name>", "ts": <ts>, "pid": <pid><extra>}; no name when `name` is null.
 std::string Event(const char* ph, const char* name, int64_t ts, int pid, const std::string& extra = "") {
   std::string r = "{\"ph\": \"";
   r += ph;
   r += "\"";
-  if (name != nullptr) r += ", \"name\": " + Quoted(name);
+  if (name != nullptr) r += ", \"name\": " + JsonQuoted(name);
   r += ", \"ts\": " + std::to_string(ts) + ", \"pid\": " + std::to_string(pid) + extra + "}";
   return r;
 }
@@ -71,6 +69,8 @@ int PwriteAll(int fd, const std::string& data, int64_t offset) {
 }
 
 }  // namespace
+
+std::string JsonQuoted(const std::string& s) { return "\"" + JsonEscape(s) + "\""; }
 
 Timeline::Timeline() : origin_(std::chrono::steady_clock::now()) {}
 
@@ -151,7 +151,7 @@ int Timeline::TensorPid(const std::string& tensor) {
   if (it != pids_.end()) return it->second;
   int pid = static_cast<int>(pids_.size()) + 1;
   pids_.emplace(tensor, pid);
-  WriteRecord(Metadata("process_name", pid, "\"name\": " + Quoted(tensor)));
+  WriteRecord(Metadata("process_name", pid, "\"name\": " + JsonQuoted(tensor)));
   WriteRecord(Metadata("process_sort_index", pid, "\"sort_index\": " + std::to_string(pid)));
   return pid;
 }
@@ -218,8 +218,8 @@ void Timeline::End(const std::string& tensor, DataType dtype, const std::vector<
   std::lock_guard<std::mutex> lock(mu_);
   if (fd_ < 0) return;
   int pid = TensorPid(tensor);
-  std::string args = ", \"args\": {\"dtype\": " + Quoted(DataTypeName(dtype)) + ", \"shape\": " +
-                     Quoted(ShapeString(shape)) + "}";
+  std::string args = ", \"args\": {\"dtype\": " + JsonQuoted(DataTypeName(dtype)) + ", \"shape\": " +
+                     JsonQuoted(ShapeString(shape)) + "}";
   WriteRecord(Event("E", nullptr, NowMicros(), pid, args));
 }
 

@@ -23,6 +23,9 @@
 
 namespace horovod {
 
+// `s` as a JSON string, quotes included.
+std::string JsonQuoted(const std::string& s);
+
 class Timeline {
  public:
   Timeline();

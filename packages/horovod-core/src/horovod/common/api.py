@@ -20,6 +20,7 @@ basics = _HorovodBasics()
 is_initialized = basics.is_initialized
 start_timeline = basics.start_timeline
 stop_timeline = basics.stop_timeline
+dump_flight_recorder = basics.dump_flight_recorder
 size = basics.size
 local_size = basics.local_size
 cross_size = basics.cross_size
@@ -49,7 +50,7 @@ Product = _HorovodBasics.Product
 handle_average_backwards_compatibility = _get_average_backwards_compatibility_fun(basics)
 
 __all__ = [
-    'is_initialized', 'start_timeline', 'stop_timeline',
+    'is_initialized', 'start_timeline', 'stop_timeline', 'dump_flight_recorder',
     'size', 'local_size', 'cross_size', 'rank', 'local_rank', 'cross_rank',
     'mpi_threads_supported', 'mpi_enabled', 'mpi_built', 'gloo_enabled', 'gloo_built',
     'nccl_built', 'ddl_built', 'ccl_built', 'cuda_built', 'rocm_built',

@@ -2,6 +2,8 @@
 
 import atexit
 import os
+import signal
+import sys
 import threading
 
 from horovod.common import _core, ops
@@ -31,6 +33,27 @@ class _RendezvousStore:
 def _shutdown_at_exit():
     _core.shutdown()
     _core.mpi_finalize()
+
+
+DUMP_SIGNAL = signal.SIGUSR2
+
+
+def _dump_on_signal(signum, frame):
+    try:
+        path = _core.dump_flight_recorder("", f"signal {signal.Signals(signum).name}")
+        print(f"Horovod: flight recorder written to {path}", file=sys.stderr, flush=True)
+    except Exception as e:  # noqa: BLE001 - a signal handler must not raise into the user's code
+        print(f"Horovod: could not write the flight recorder: {e}", file=sys.stderr, flush=True)
+
+
+def _install_dump_signal():
+    """SIGUSR2 writes the flight recorder to HOROVOD_FLIGHT_RECORDER_DIR, when that is set and the
+    signal has no handler yet (Python runs handlers in the main thread, also while it waits on a
+    Horovod operation)."""
+    if not os.environ.get("HOROVOD_FLIGHT_RECORDER_DIR") or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(DUMP_SIGNAL) in (signal.SIG_DFL, None):
+        signal.signal(DUMP_SIGNAL, _dump_on_signal)
 
 
 def _ranks_of_comm(comm, parent_handle):
@@ -231,6 +254,7 @@ class HorovodBasics:
         if not HorovodBasics._atexit_registered:
             atexit.register(_shutdown_at_exit)
             HorovodBasics._atexit_registered = True
+        _install_dump_signal()
 
     def shutdown(self):
         """Stops Horovod on every rank: pending operations everywhere fail with
@@ -345,6 +369,31 @@ class HorovodBasics:
         """
         _require_initialized()
         _core.stop_timeline()
+
+    def dump_flight_recorder(self, directory=None):
+        """Writes this rank's flight recorder: its last ``HOROVOD_FLIGHT_RECORDER_SIZE`` operations
+        (default 1024), with when each was submitted, negotiated, started and finished and its
+        outcome, as JSON to ``<directory>/flight_recorder_rank_<rank>.json`` (format:
+        docs/engine.md, "Flight recorder"). ``python -m horovod.runner.flight_recorder DIR``
+        compares the files of several ranks. Each rank writes its own file; call it on every rank
+        for a full picture. The same file is written automatically to
+        ``HOROVOD_FLIGHT_RECORDER_DIR`` on a deadlock, mismatch or stall error or a lost peer, and
+        on ``SIGUSR2``.
+
+        Args:
+            directory (str or os.PathLike): where to write (created if missing); default
+                ``HOROVOD_FLIGHT_RECORDER_DIR``.
+
+        Returns:
+            str: the path of the file written.
+
+        Raises:
+            ValueError: Horovod is not initialised, the recorder is off
+                (``HOROVOD_FLIGHT_RECORDER_SIZE=0``), no directory is given or configured, or the
+                file cannot be written.
+        """
+        _require_initialized()
+        return _core.dump_flight_recorder(os.fspath(directory) if directory is not None else "", "on demand")
 
     # Process-set internals used by horovod.common.process_sets and upstream's tests.
 

@@ -33,6 +33,7 @@ shutdown = _framework.shutdown
 is_initialized = _framework.is_initialized
 start_timeline = _framework.start_timeline
 stop_timeline = _framework.stop_timeline
+dump_flight_recorder = _framework.dump_flight_recorder
 size = _framework.size
 local_size = _framework.local_size
 cross_size = _framework.cross_size

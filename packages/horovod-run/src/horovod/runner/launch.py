@@ -13,6 +13,7 @@ import warnings
 
 import yaml
 
+from horovod.runner import flight_recorder
 from horovod.runner import gloo_run as gloo_launcher
 from horovod.runner import mpi_run as mpi_launcher
 from horovod.runner.common.util import config_parser, hosts, secret, timeout
@@ -576,13 +577,16 @@ def _run_function(args, settings, nics, driver_ip):
 def _launch_job(args, settings, nics, driver_ip, command):
     env = os.environ.copy()
     config_parser.set_env_from_args(env, args)
-    run_controller(args.use_gloo,
-                   lambda: gloo_launcher.gloo_run(settings, nics, env, driver_ip, command),
-                   args.use_mpi,
-                   lambda: mpi_launcher.mpi_run(settings, nics, _mpi_worker_env(env, settings),
-                                                command),
-                   args.use_jsrun, _js_run_unavailable,
-                   settings.verbose)
+    all_host_names, _ = hosts.parse_hosts_and_slots(settings.hosts)
+    # When the job fails, the ranks' flight recorder files are gathered and a diagnosis printed.
+    with flight_recorder.recorded_job(env, settings, network.filter_local_addresses(all_host_names)):
+        run_controller(args.use_gloo,
+                       lambda: gloo_launcher.gloo_run(settings, nics, env, driver_ip, command),
+                       args.use_mpi,
+                       lambda: mpi_launcher.mpi_run(settings, nics, _mpi_worker_env(env, settings),
+                                                    command),
+                       args.use_jsrun, _js_run_unavailable,
+                       settings.verbose)
 
 
 def _mpi_worker_env(env, settings):

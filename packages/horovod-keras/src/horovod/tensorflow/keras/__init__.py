@@ -50,6 +50,7 @@ from horovod.keras import (  # noqa: E402,F401  (re-exported)
     rocm_built,
     shutdown,
     size,
+    dump_flight_recorder,
     start_timeline,
     stop_timeline,
 )
