@@ -228,6 +228,42 @@ def test_lost_peer_writes_it(tmp_path):
     assert "No file from rank 1" in text, text
 
 
+def _stalled():
+    from horovod.common import ops
+    from horovod.common.basics import HorovodBasics
+    from horovod.common.exceptions import HorovodInternalError
+    basics = HorovodBasics()
+    basics.init()
+    _allreduce(ops, "allreduce.first", [1.0])
+    if basics.rank() == 1:
+        time.sleep(8)  # computing, never submitting what rank 0 waits on
+        return None
+    try:
+        _allreduce(ops, "allreduce.stalled", [1.0])
+        return None
+    except HorovodInternalError as e:
+        return str(e)
+
+
+def test_stall_shutdown_writes_it(tmp_path):
+    from horovod.runner import flight_recorder
+    directory = tmp_path / "stall"
+    env = {"HOROVOD_FLIGHT_RECORDER_DIR": str(directory), "HOROVOD_STALL_CHECK_TIME_SECONDS": "1",
+           "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "2"}
+    results = run_ranks(2, _stalled, env=env, timeout=120)
+    assert "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" in results[0]
+    record = _read(directory, 0)
+    assert "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" in record["reason"], record["reason"]
+    assert [(op["name"], op["outcome"]) for op in record["operations"]] == [
+        ("allreduce.first", "completed"), ("allreduce.stalled", "failed")]
+    text = "\n".join(flight_recorder.diagnose(flight_recorder.load(directory)))
+    # Rank 1's engine stopped on the same verdict and wrote its record too.
+    assert "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" in _read(directory, 1)["reason"]
+    assert "the ranks diverged at operation #1" in text, text
+    assert "allreduce.stalled (ALLREDUCE, float32 [1], failed)" in text, text
+    assert "submitted nothing as operation #1" in text and "allreduce.stalled was never submitted by rank 1" in text
+
+
 def test_analyser_command_line(tmp_path, capsys):
     from horovod.runner import flight_recorder
     directory = tmp_path / "none"
