@@ -77,7 +77,7 @@ class Workload:
         handles = []
         for g, name in zip(self.grads, self.names, strict=True):
             g.fill(rank + value)
-            handles.append(ops.allreduce_async(ops.new_handle(), [g], [g], [name], 0))
+            handles.append(ops.allreduce_async([g], [g], [name], 0))
         for h in handles:
             ops.wait(h)
         expected = np.float32((size - 1) / 2 + value)
@@ -86,7 +86,7 @@ class Workload:
 
 def slowest(seconds):
     t = np.array([seconds], np.float64)
-    ops.wait(ops.allreduce_async(ops.new_handle(), [t], [t], ["bench.slowest"], 4))
+    ops.wait(ops.allreduce_async([t], [t], ["bench.slowest"], 4))
     return float(t[0])
 
 
@@ -111,7 +111,7 @@ def run_autotune(basics, work, args):
         wrong += work.step(rank, size, steps % 5)
         steps += 1
         flag = np.array([int(_core.tuned_parameters()["tuning"])], np.int32)
-        ops.wait(ops.allreduce_async(ops.new_handle(), [flag], [flag], ["bench.tuning"], 4))
+        ops.wait(ops.allreduce_async([flag], [flag], ["bench.tuning"], 4))
         if flag[0] == 0 or steps >= args.autotune_max_steps:
             break
     seconds = slowest(time.perf_counter() - start)

@@ -43,9 +43,7 @@ def run(basics, capacity, args, totals):
         start = time.perf_counter()
         handles = []
         for t, name in zip(tensors, names, strict=True):
-            h = ops.new_handle()
-            ops.allreduce_async(h, [t], [t], [name], basics.Average)
-            handles.append(h)
+            handles.append(ops.allreduce_async([t], [t], [name], basics.Average))
         for h in handles:
             ops.wait(h)
         elapsed = time.perf_counter() - start

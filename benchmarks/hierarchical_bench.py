@@ -72,7 +72,7 @@ def run(basics, config, args, results):
             for i in range(args.warmup + iterations(nbytes, args)):
                 x[:] = 1.0
                 start = time.perf_counter()
-                ops.wait(ops.allreduce_async(ops.new_handle(), [x], [x], [f"bench.{nbytes}"], basics.Sum))
+                ops.wait(ops.allreduce_async([x], [x], [f"bench.{nbytes}"], basics.Sum))
                 elapsed = time.perf_counter() - start
                 if i >= args.warmup:
                     times.append(elapsed)
@@ -115,7 +115,7 @@ def main():
     basics.init()
     rank, size = basics.rank(), basics.size()
     medians = np.array([[statistics.median(results[c][n]) for n in args.sizes] for c in configs], dtype=np.float64)
-    ops.wait(ops.allreduce_async(ops.new_handle(), [medians], [medians], ["bench.medians"], basics.Max))
+    ops.wait(ops.allreduce_async([medians], [medians], ["bench.medians"], basics.Max))
     basics.shutdown()
     if rank != 0:
         return
