@@ -290,7 +290,9 @@ def _start_looping_job(bed, tmp_path, extra=()):
                              "--disable-cache", *extra, "-np", "4", "-H", _two_by_two(bed),
                              sys.executable, str(worker)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=bed.env())
+                            # A killed launcher cannot remove what the workers write when they
+                            # lose their peers: their flight recorder goes under tmp_path.
+                            env=dict(bed.env(), HOROVOD_FLIGHT_RECORDER_DIR=str(tmp_path / "flight")))
     pids = {}
     deadline = time.monotonic() + 120
     while len(pids) < 4 and time.monotonic() < deadline:

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import uuid
 
 from horovod.runner.common.util import env_names
 
@@ -206,7 +207,9 @@ def recorded_job(env, settings, remote_hosts):
     directory = env.get(env_names.FLIGHT_RECORDER_DIR)
     temporary = not directory
     if temporary:
-        directory = tempfile.mkdtemp(prefix="horovod-flight-recorder-")
+        # Only named here: a rank creates it when it writes its file (on an error), so that a
+        # launcher killed with SIGKILL leaves nothing behind unless something failed.
+        directory = os.path.join(tempfile.gettempdir(), f"horovod-flight-recorder-{uuid.uuid4().hex[:12]}")
         env[env_names.FLIGHT_RECORDER_DIR] = directory
     try:
         yield
