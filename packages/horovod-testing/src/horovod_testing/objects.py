@@ -55,3 +55,42 @@ def check_object_results(results):
             assert f'rank {n - 1}: TypeError' in message, message
         assert out['after'] == [10 * i for i in range(n)], (r, out['after'])
         assert out['after_broadcast'] == [0, 0, 0], (r, out['after_broadcast'])
+
+
+SUBSET = [0, 1]
+
+
+def subset_object_checks(module):
+    """Runs on each rank of a job of 3 or more: broadcast_object's idiom and a root that cannot
+    serialise its object, on the process set of global ranks 0 and 1 (bindings whose
+    broadcast_object takes ``process_set``), then a global allgather_object."""
+    hvd = importlib.import_module(module)
+    subset = hvd.ProcessSet(SUBSET)
+    hvd.init(process_sets=[subset])
+    r = hvd.rank()
+    out = {}
+    if r in SUBSET:
+        out['idiom'] = hvd.broadcast_object({'from': r} if r == 0 else None, root_rank=0, process_set=subset)
+        lock = threading.Lock()  # cloudpickle cannot serialise it
+        out['failure'] = _outcome(lambda: hvd.broadcast_object(lock if r == 0 else None, root_rank=0,
+                                                                process_set=subset))
+        out['after'] = hvd.broadcast_object([r] * 2 if r == 0 else None, root_rank=0, process_set=subset)
+    out['global'] = hvd.allgather_object(r)
+    return out
+
+
+def check_subset_object_results(results):
+    """Asserts on run_ranks' list of subset_object_checks results."""
+    n = len(results)
+    for r, out in enumerate(results):
+        assert out['global'] == list(range(n)), (r, out['global'])
+        if r not in SUBSET:
+            assert set(out) == {'global'}, (r, out)
+            continue
+        assert out['idiom'] == {'from': 0}, (r, out['idiom'])
+        kind, message = out['failure']
+        if r == 0:
+            assert kind == 'TypeError' and 'pickle' in message, (r, kind, message)
+        else:
+            assert kind == 'ObjectTransferError' and 'root rank 0' in message, (r, kind, message)
+        assert out['after'] == [0, 0], (r, out['after'])
