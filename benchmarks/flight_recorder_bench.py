@@ -92,7 +92,8 @@ def main():
         f"of {args.repeats} x {args.iterations} allreduces and {args.repeats} x {args.steps} steps of "
         f"{args.tensors} x 16 KiB.",
         "",
-        "| flight recorder | HOROVOD_FLIGHT_RECORDER_SIZE | 4 KiB allreduce (us) | step (ms) | submission per call (us) |",
+        "| flight recorder | HOROVOD_FLIGHT_RECORDER_SIZE | 4 KiB allreduce (us) | step (ms) "
+        "| submission per call (us) |",
         "|---|---:|---:|---:|---:|",
     ]
     for r in rows:

@@ -26,7 +26,7 @@ def _stall(log_path, warm_up_steps):
 
     def allreduce(*names):
         xs = [np.ones(4, np.float32) for _ in names]
-        handles = [ops.allreduce_async([x], [x], [name], 1) for x, name in zip(xs, names)]
+        handles = [ops.allreduce_async([x], [x], [name], 1) for x, name in zip(xs, names, strict=True)]
         for handle in handles:
             ops.wait(handle)
 

@@ -11,4 +11,5 @@ from horovod_testing.hangs import HANG_ENV, check_hang_results, hang_checks
 
 @pytest.mark.parametrize('np_,on_subset', [(2, False), (3, False), (3, True)], ids=['np2', 'np3', 'np3-set'])
 def test_mistakes_raise_on_every_rank_then_collectives_work(np_, on_subset):
-    check_hang_results(run_ranks(np_, hang_checks, 'horovod.mxnet', on_subset, env=HANG_ENV, timeout=300), on_subset)
+    results = run_ranks(np_, hang_checks, 'horovod.mxnet', on_subset, env=HANG_ENV, timeout=300)
+    check_hang_results(results, on_subset)
