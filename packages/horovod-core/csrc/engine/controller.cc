@@ -118,21 +118,8 @@ std::vector<Response> Controller::FailDeadlock(std::chrono::steady_clock::time_p
       msg << ")";
     }
   }
-  HVD_LOG(ERROR) << msg.str();
-  const bool record = timeline_ != nullptr && timeline_->recording();
-  std::vector<Response> out;
-  for (const std::string& name : arrival_order_) {
-    if (record) timeline_->NegotiateEnd(name);
-    Response error;
-    error.type = OpType::ERROR;
-    error.names.push_back(name);
-    error.error_message = msg.str();
-    out.push_back(std::move(error));
-  }
-  pending_.clear();
-  arrival_order_.clear();
-  last_news_ = now;
-  return out;
+  std::vector<std::string> names = arrival_order_;
+  return FailPending(names, msg.str(), now);
 }
 
 std::vector<std::string> Controller::SplitNames() const {
@@ -185,7 +172,12 @@ std::vector<Response> Controller::FailSplit(const std::vector<std::string>& name
     }
   }
   msg << ". The same name must be the same collective on every rank.";
-  HVD_LOG(ERROR) << msg.str();
+  return FailPending(names, msg.str(), now);
+}
+
+std::vector<Response> Controller::FailPending(const std::vector<std::string>& names, const std::string& message,
+                                              std::chrono::steady_clock::time_point now) {
+  HVD_LOG(ERROR) << message;
   const bool record = timeline_ != nullptr && timeline_->recording();
   std::vector<Response> out;
   for (const std::string& name : names) {
@@ -193,7 +185,7 @@ std::vector<Response> Controller::FailSplit(const std::vector<std::string>& name
     Response error;
     error.type = OpType::ERROR;
     error.names.push_back(name);
-    error.error_message = msg.str();
+    error.error_message = message;
     out.push_back(std::move(error));
     pending_.erase(name);
   }

@@ -102,6 +102,9 @@ class Controller {
   std::vector<std::string> SplitNames() const;
   // Coordinator: the ERROR responses failing `names` (from SplitNames), which it forgets.
   std::vector<Response> FailSplit(const std::vector<std::string>& names, std::chrono::steady_clock::time_point now);
+  // Coordinator: ERROR responses with `message` for pending `names`, which it forgets.
+  std::vector<Response> FailPending(const std::vector<std::string>& names, const std::string& message,
+                                    std::chrono::steady_clock::time_point now);
   // Coordinator: the ERROR responses failing every pending tensor, which it forgets.
   std::vector<Response> FailDeadlock(std::chrono::steady_clock::time_point now);
 
