@@ -157,11 +157,20 @@ std::optional<TunedParameters> ParameterManager::Score(double score) {
 
 std::pair<TunedParameters, double> ParameterManager::Best() const {
   // Mean score per distinct configuration: one measured more than once (the optimisation may
-  // propose a point again, the cache stage measures the best pair again) is judged on all its
-  // scores rather than on its luckiest one.
+  // propose a point again, or one within rounding of a measured one; the cache stage measures the
+  // best pair again) is judged on all its scores rather than on its luckiest one.
+  auto same = [](const TunedParameters& a, const TunedParameters& b) {
+    auto close = [](double x, double y) { return std::abs(x - y) <= 1e-5 * std::max(std::abs(x), std::abs(y)); };
+    TunedParameters b_as_a = b;
+    b_as_a.fusion_threshold_bytes = a.fusion_threshold_bytes;
+    b_as_a.cycle_time_ms = a.cycle_time_ms;
+    return b_as_a == a && close(a.cycle_time_ms, b.cycle_time_ms) &&
+           std::abs(a.fusion_threshold_bytes - b.fusion_threshold_bytes) <=
+               1 + 1e-5 * std::max(a.fusion_threshold_bytes, b.fusion_threshold_bytes);
+  };
   std::vector<std::pair<TunedParameters, std::pair<double, int>>> sums;
   for (const auto& [p, score] : scored_) {
-    auto it = std::find_if(sums.begin(), sums.end(), [&p = p](const auto& entry) { return entry.first == p; });
+    auto it = std::find_if(sums.begin(), sums.end(), [&](const auto& entry) { return same(entry.first, p); });
     if (it == sums.end()) {
       sums.push_back({p, {score, 1}});
     } else {
