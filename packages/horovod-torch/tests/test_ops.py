@@ -118,7 +118,7 @@ def allreduce_worker():
     group_versions = [t._version for t in group]
     hvd.grouped_allreduce_(group, op=hvd.Sum)
     results['versions bumped'] = (tensor._version > version,
-                                  [t._version > v for t, v in zip(group, group_versions)])
+                                  [t._version > v for t, v in zip(group, group_versions, strict=True)])
     assert not hvd.mpi_ops._handle_map, 'synchronize left handles behind'
     return results
 

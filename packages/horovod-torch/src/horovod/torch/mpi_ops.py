@@ -722,7 +722,7 @@ def synchronize(handle):
             tensors.append(torch.from_dlpack(result))
         else:
             tensors.append(output)
-    written = [t for t, output in zip(tensors, outputs) if output is not None]
+    written = [t for t, output in zip(tensors, outputs, strict=True) if output is not None]
     if written:
         _increment_versions(written)
     return tuple(tensors) if isinstance(outputs, tuple) else tensors
