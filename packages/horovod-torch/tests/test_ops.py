@@ -108,6 +108,17 @@ def allreduce_worker():
         out = hvd.allreduce(rank_input(rank, dtype, (17,)), op=hvd.Sum, prescale_factor=2.0,
                             postscale_factor=3.0)
         results[(dtype_name(dtype), 'scaled', (17,), 'allreduce')] = as_numpy(out)
+    # Integer scale factors (converted to float), in place; synchronize bumps the version counter
+    # of the tensor the engine wrote behind autograd's back, single and grouped.
+    tensor = rank_input(rank, torch.float64, (17,))
+    version = tensor._version
+    hvd.allreduce_(tensor, op=hvd.Sum, prescale_factor=2, postscale_factor=3)
+    results[('float64', 'int-scaled', (17,), 'allreduce_')] = as_numpy(tensor)
+    group = [rank_input(rank, torch.float64, (17,)), rank_input(rank, torch.float64, (17,))]
+    group_versions = [t._version for t in group]
+    hvd.grouped_allreduce_(group, op=hvd.Sum)
+    results['versions bumped'] = (tensor._version > version,
+                                  [t._version > v for t, v in zip(group, group_versions, strict=True)])
     assert not hvd.mpi_ops._handle_map, 'synchronize left handles behind'
     return results
 
@@ -129,6 +140,11 @@ def test_allreduce_all_dtypes_ops_and_forms(job):
         for per_rank in results:
             assert_matches(per_rank[(dtype_name(dtype), 'scaled', (17,), 'allreduce')], expected,
                            dtype, f'scaled allreduce {dtype}')
+    expected = reference_allreduce(np_, torch.float64, (17,), 'Sum', prescale=2.0, postscale=3.0)
+    for rank, per_rank in enumerate(results):
+        assert_matches(per_rank[('float64', 'int-scaled', (17,), 'allreduce_')], expected, torch.float64,
+                       f'allreduce_ with integer scale factors on rank {rank}')
+        assert per_rank['versions bumped'] == (True, [True, True]), f'rank {rank}'
 
 
 GROUP_DTYPES = [torch.float32, torch.int64, torch.float64, torch.float16]

@@ -257,6 +257,7 @@ void Engine::BackgroundLoop() {
     while (true) {
       // Read every cycle: autotune changes it (ApplyParameters).
       const auto cycle = std::chrono::microseconds(cycle_time_us_.load());
+      bool woken_by_waiter = false;
       {
         // An idle rank cycles less and less often (up to 16 cycle times apart): it has nothing to
         // batch, and its own submissions wake it at once. Its cycles only let the others notice a
@@ -264,7 +265,9 @@ void Engine::BackgroundLoop() {
         // a core per process while idle.
         const auto wait = cycle * (1 << std::min(idle, 4));
         std::unique_lock<std::mutex> lock(wake_mu_);
-        if (!again && wake_cv_.wait_for(lock, wait, [this] { return wake_; }) && !waiting_) {
+        const bool woken = !again && wake_cv_.wait_for(lock, wait, [this] { return wake_; });
+        woken_by_waiter = woken && waiting_;
+        if (woken && !waiting_) {
           // Woken by a submission: gather the rest of its burst first (a training step submits
           // its gradients back to back), until nothing was submitted for kQuietPeriod, a caller
           // blocks on a handle, or the cycle time (the bound on batching) is over. Cycling on
@@ -285,6 +288,11 @@ void Engine::BackgroundLoop() {
         wake_ = false;
         waiting_ = false;
       }
+      // A caller that starts to wait wakes this thread when its handle was not done yet; when
+      // the cycle that just ran was completing it (the caller got there first: a step that waits
+      // on its handles in turn), nothing of this rank is left to negotiate, and a cycle now would
+      // be an empty negotiation round that the other ranks' next cycles must meet first.
+      if (woken_by_waiter && !shutdown_requested_.load() && !sets_->AnyWaiting()) continue;
       const auto start = std::chrono::steady_clock::now();
       progress_ = false;
       if (!RunCycle()) break;

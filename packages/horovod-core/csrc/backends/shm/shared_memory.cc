@@ -157,7 +157,6 @@ class SharedMemoryBackend : public ForwardingCommunicator {
     if (single_copy_) {
       fold_.resize(kCopyChunkBytes);
       incoming_.resize(kCopyChunkBytes);
-      own_.resize(kCopyChunkBytes);
     }
     return single_copy_;
   }
@@ -281,31 +280,28 @@ class SharedMemoryBackend : public ForwardingCommunicator {
       const size_t first = PieceAt(a);
       int64_t b = std::min(hi, a + chunk);
       b = std::min(b, starts_[std::min(np, first + kMaxIov)]);
-      const int64_t n = b - a;
-      // This rank's input and output for the run, in place when the run lies in one piece.
-      const bool whole = b <= starts_[first + 1];
-      const char* own_in = whole ? static_cast<const char*>(pieces[first].input) + (a - starts_[first]) * element
-                                 : Gather(pieces, a, b, element, own_.data());
-      char* out = whole ? static_cast<char*>(pieces[first].output) + (a - starts_[first]) * element : own_.data();
       // The running result: rank 0's operand, then folded with each later rank's in turn; the
-      // last fold writes the output.
-      const char* acc = own_in;
-      if (rank_ != 0) {
-        ReadPeer(0, a, b, element, /*output=*/false, fold_.data());
-        acc = fold_.data();
-      }
+      // last fold writes the outputs. The peers' operands and the running result are contiguous
+      // (fold_, incoming_: element e of the run at offset e - a); this rank's own operand and
+      // the outputs are reduced piece by piece where they lie, so a run over many pieces (a
+      // fused group of small tensors) is neither gathered nor scattered through a buffer.
+      if (rank_ != 0) ReadPeer(0, a, b, element, /*output=*/false, fold_.data());
       for (int r = 1; r < size_; ++r) {
-        const char* operand = own_in;
-        if (r != rank_) {
-          ReadPeer(r, a, b, element, /*output=*/false, incoming_.data());
-          operand = incoming_.data();
+        if (r != rank_) ReadPeer(r, a, b, element, /*output=*/false, incoming_.data());
+        const bool last = r == size_ - 1;
+        for (size_t i = first; i < np && starts_[i] < b; ++i) {
+          const int64_t from = std::max(a, starts_[i]), to = std::min(b, starts_[i + 1]);
+          if (to <= from) continue;
+          const int64_t in_piece = (from - starts_[i]) * element, in_run = (from - a) * element;
+          const char* own_in = static_cast<const char*>(pieces[i].input) + in_piece;
+          char* fold = fold_.data() + in_run;
+          const char* acc = (r == 1 && rank_ == 0) ? own_in : fold;
+          const char* operand = r == rank_ ? own_in : incoming_.data() + in_run;
+          char* dst = last ? static_cast<char*>(pieces[i].output) + in_piece : fold;
+          Reduce(dst, acc, operand, to - from, dtype, op);
+          if (last && postscale != 1.0) Scale(dst, to - from, dtype, postscale);
         }
-        char* dst = r == size_ - 1 ? out : fold_.data();
-        Reduce(dst, acc, operand, n, dtype, op);
-        acc = dst;
       }
-      if (postscale != 1.0) Scale(out, n, dtype, postscale);
-      if (!whole) Scatter(pieces, a, b, element, out);
       a = b;
     }
     Step();
@@ -340,30 +336,6 @@ class SharedMemoryBackend : public ForwardingCommunicator {
         runs.push_back({reinterpret_cast<void*>(addresses[2 * i + (output ? 1 : 0)] + (a - starts_[i]) * element),
                         static_cast<size_t>((end - a) * element)});
       }
-      a = end;
-    }
-  }
-
-  // Copies this rank's inputs for elements [a, b) to `into`; returns `into`.
-  const char* Gather(const std::vector<Piece>& pieces, int64_t a, int64_t b, int64_t element, char* into) {
-    char* to = into;
-    for (size_t i = PieceAt(a); a < b; ++i) {
-      const int64_t end = std::min(b, starts_[i + 1]);
-      const size_t bytes = static_cast<size_t>((end - a) * element);
-      if (bytes > 0) std::memcpy(to, static_cast<const char*>(pieces[i].input) + (a - starts_[i]) * element, bytes);
-      to += bytes;
-      a = end;
-    }
-    return into;
-  }
-
-  // Copies `from` (elements [a, b)) into this rank's outputs.
-  void Scatter(const std::vector<Piece>& pieces, int64_t a, int64_t b, int64_t element, const char* from) {
-    for (size_t i = PieceAt(a); a < b; ++i) {
-      const int64_t end = std::min(b, starts_[i + 1]);
-      const size_t bytes = static_cast<size_t>((end - a) * element);
-      if (bytes > 0) std::memcpy(static_cast<char*>(pieces[i].output) + (a - starts_[i]) * element, from, bytes);
-      from += bytes;
       a = end;
     }
   }
@@ -540,10 +512,10 @@ class SharedMemoryBackend : public ForwardingCommunicator {
   int half_ = 0;
   bool spin_ = true;
   bool single_copy_ = false;
-  // Single-copy allreduce: the running result, a peer's operand, this rank's operand gathered from
-  // several pieces (kCopyChunkBytes each); where each piece starts (in elements of the pieces laid
-  // end to end); every rank's piece addresses; the vectors of one process_vm_readv.
-  std::vector<char> fold_, incoming_, own_;
+  // Single-copy allreduce: the running result and a peer's operand (kCopyChunkBytes each); where
+  // each piece starts (in elements of the pieces laid end to end); every rank's piece addresses;
+  // the vectors of one process_vm_readv.
+  std::vector<char> fold_, incoming_;
   std::vector<int64_t> starts_;
   std::vector<std::vector<uintptr_t>> addresses_;
   std::vector<iovec> local_, remote_;

@@ -75,8 +75,9 @@ def op_name(prefix, name, process_set_id=0):
     if name is not None:
         return f'{prefix}.{name}'
     key = (prefix, process_set_id)
-    _noname_counters[key] = _noname_counters.get(key, 0) + 1
-    return f'{prefix}.noname.{_noname_counters[key]}'
+    k = _noname_counters.get(key, 0) + 1
+    _noname_counters[key] = k
+    return f'{prefix}.noname.{k}'
 
 
 def op_names(prefix, name, process_set_id=0, count=None):

@@ -41,6 +41,7 @@ _REDUCE_DTYPES = (torch.int32, torch.int64, torch.float16, torch.bfloat16, torch
 _MOVE_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
                 torch.bfloat16, torch.float32, torch.float64, torch.bool)
 _REDUCE_OPS = (Average, Sum, Min, Max, Product)
+_STRIDED = torch.strided
 
 
 def init(*args, **kwargs):
@@ -64,6 +65,11 @@ def shutdown(*args, **kwargs):
 
 
 def _check_tensor(tensor, allowed_dtypes, op_name):
+    # The common case (a dense, contiguous CPU tensor of an allowed dtype) in five cheap reads,
+    # about 0.2 us; anything else goes through the checks below, which say what is wrong.
+    if (isinstance(tensor, torch.Tensor) and tensor.is_cpu and tensor.layout is _STRIDED
+            and tensor.dtype in allowed_dtypes and tensor.is_contiguous()):
+        return
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f'{op_name} expects a torch.Tensor, got {type(tensor).__name__}.')
     if not tensor.is_cpu and not (tensor.is_cuda and _cuda_built()):
@@ -146,21 +152,64 @@ def _export(tensor):
     return _to_dlpack_versioned(tensor)
 
 
+def _pick_increment_versions():
+    """A function bumping the autograd version counter of each tensor of a sequence.
+
+    ``torch.autograd.graph.increment_version`` does this in Python around
+    ``torch._C._increment_version``, which takes a sequence of tensors in the releases that have
+    it so; that function is used directly when a probe shows it bumps the counter (it saves a
+    third of a microsecond per synchronize), the public one otherwise."""
+    bump = getattr(torch._C, '_increment_version', None)
+    if bump is not None:
+        probe = torch.zeros(1)
+        before = probe._version
+        try:
+            bump((probe,))
+        except (TypeError, RuntimeError):
+            pass
+        else:
+            if probe._version == before + 1:
+                return bump
+    increment = torch.autograd.graph.increment_version
+
+    def increment_each(tensors):
+        for t in tensors:
+            increment(t)
+
+    return increment_each
+
+
+_increment_versions = _pick_increment_versions()
+
+
 def _submit_allreduce(prefix, inputs, outputs, average, name, op, prescale_factor,
                       postscale_factor, process_set, grouped):
-    op = handle_average_backwards_compatibility(op, average)
+    # The hot path of every training step (one call per gradient): plain local operations only,
+    # and the helpers called only where the common case needs them (issue 23).
+    if op is None or average is not None:
+        op = handle_average_backwards_compatibility(op, average)
     set_id = _process_set_id(process_set)
-    _check_reduce_op(op, process_set)
-    names = _ops.op_names(prefix, name, set_id, len(inputs) if grouped else None)
-    exported = [_export(t) for t in inputs]
+    if type(prescale_factor) is not float or type(postscale_factor) is not float:
+        prescale_factor, postscale_factor = float(prescale_factor), float(postscale_factor)
+    if op not in _REDUCE_OPS:
+        _check_reduce_op(op, process_set)  # Adasum's conditions, or the error for an unknown op
+    if grouped:
+        names = _ops.op_names(prefix, name, set_id, len(inputs))
+        exported = [_export(t) for t in inputs]
+    else:
+        names = [_ops.op_name(prefix, name, set_id)]
+        exported = [_export(inputs[0])]
     # outputs None: in place, the engine writes into the inputs themselves (the same objects are
     # passed as outputs, which the core imports once).
-    given = inputs if outputs is None else outputs
-    handle = _ops.allreduce_async(exported,
-                                  exported if outputs is None else [_export(t) for t in outputs],
-                                  names, op, float(prescale_factor), float(postscale_factor), set_id,
-                                  _stream(inputs), context=(tuple(inputs), given if grouped else given[0]))
-    return handle
+    if outputs is None:
+        given = inputs
+        exported_outputs = exported
+    else:
+        given = outputs
+        exported_outputs = [_export(t) for t in outputs]
+    stream = _stream(inputs) if inputs[0].is_cuda else 0
+    return _ops.allreduce_async(exported, exported_outputs, names, op, prescale_factor, postscale_factor,
+                                set_id, stream, context=(tuple(inputs), given if grouped else given[0]))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -212,7 +261,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """
     _check_tensor(tensor, _REDUCE_DTYPES, 'allreduce')
     return _submit_allreduce('allreduce', [tensor], None, average, name, op, prescale_factor,
-                             postscale_factor, process_set, grouped=False)
+                             postscale_factor, process_set, False)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -658,20 +707,24 @@ def synchronize(handle):
         return None
     # wait forgets the handle, whether the operation succeeded or not.
     results = _ops.wait(handle)
-    _, outputs = submitted
-    several = isinstance(outputs, (list, tuple))
-    given = outputs if several else [outputs]
+    outputs = submitted[1]
+    if not isinstance(outputs, (list, tuple)):
+        # A single tensor: the path of every allreduce of a training step.
+        if outputs is None:
+            return torch.from_dlpack(results[0])
+        # The engine wrote through DLPack, behind autograd's back: bump the version counter
+        # so that a backward pass that saved this tensor notices it changed.
+        _increment_versions((outputs,))
+        return outputs
     tensors = []
-    for output, result in zip(given, results, strict=True):
+    for output, result in zip(outputs, results, strict=True):
         if output is None:
             tensors.append(torch.from_dlpack(result))
         else:
-            # The engine wrote through DLPack, behind autograd's back: bump the version counter
-            # so that a backward pass that saved this tensor notices it changed.
-            torch.autograd.graph.increment_version(output)
             tensors.append(output)
-    if not several:
-        return tensors[0]
+    written = [t for t, output in zip(tensors, outputs, strict=True) if output is not None]
+    if written:
+        _increment_versions(written)
     return tuple(tensors) if isinstance(outputs, tuple) else tensors
 
 

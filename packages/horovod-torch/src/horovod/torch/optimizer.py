@@ -248,7 +248,11 @@ class _DistributedOptimizer:
                 if not isinstance(outputs, list):
                     outputs = [outputs]
                 for q, output in zip(unit, outputs, strict=True):
-                    q.grad.set_(self._compression.decompress(output, self._handles[q][1]))
+                    result = self._compression.decompress(output, self._handles[q][1])
+                    # Without compression the allreduce ran in place on the gradient itself,
+                    # and set_ onto itself would cost a microsecond per parameter for nothing.
+                    if result is not q.grad:
+                        q.grad.set_(result)
                     if q in self._densified:
                         # The rows (sparse_dim leading indices) that are not all zero.
                         q.grad = q.grad.to_sparse(self._densified[q])
