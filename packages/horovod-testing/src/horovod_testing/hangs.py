@@ -100,3 +100,18 @@ def check_hang_results(results, on_subset):
         # Names what rank 0 waits on and what the others wait on.
         assert 'rank 0' in message and '.a (ALLREDUCE' in message and '.b (ALLREDUCE' in message, message
         assert DEADLOCK_TIMEOUT_S <= seconds < 10 * DEADLOCK_TIMEOUT_S + 20, (rank, seconds)
+
+
+def hang_test(module):
+    """The pytest test of a binding: both mistakes at np 2, np 3 and on a process set at np 3.
+    A package's test module binds it: ``test_mistakes_raise_on_every_rank_then_collectives_work =
+    hang_test('horovod.torch')``."""
+    import pytest
+
+    from horovod_testing import run_ranks
+
+    @pytest.mark.parametrize('np_,on_subset', [(2, False), (3, False), (3, True)], ids=['np2', 'np3', 'np3-set'])
+    def test(np_, on_subset):
+        check_hang_results(run_ranks(np_, hang_checks, module, on_subset, env=HANG_ENV, timeout=300), on_subset)
+
+    return test
