@@ -138,3 +138,52 @@ def test_slow_rank_never_trips_it(np_, cached):
                         env={"HOROVOD_DEADLOCK_TIMEOUT_SECONDS": str(timeout_s)}, timeout=120)
     expected = [[float(sum(r + 1.0 for r in range(np_)))]] * steps
     assert results == [expected] * np_
+
+
+def _across_sets(warm_up_steps):
+    """Rank 0 waits on an allreduce of the set {0, 1} while every other rank waits on one of the
+    global set that rank 0 never submits; then correct allreduces on both sets."""
+    from horovod.common import ops
+    from horovod.common.basics import HorovodBasics
+    from horovod.common.exceptions import HorovodInternalError
+    from horovod.common.process_sets import ProcessSet
+    basics = HorovodBasics()
+    subset = ProcessSet([0, 1])
+    basics.init(process_sets=[subset])
+    rank = basics.rank()
+    set_id = subset.process_set_id
+    for step in range(warm_up_steps):  # afterwards both tensors are in their sets' response caches
+        if rank in (0, 1):
+            _allreduce(ops, "allreduce.a", [step], set_id)
+        _allreduce(ops, "allreduce.b", [step], 0)
+    start = time.monotonic()
+    message, elapsed = None, None
+    try:
+        if rank == 0:
+            _allreduce(ops, "allreduce.a", [1.0], set_id)
+        else:
+            _allreduce(ops, "allreduce.b", [1.0], 0)
+    except HorovodInternalError as e:
+        message, elapsed = str(e), time.monotonic() - start
+    results = []
+    if rank in (0, 1):
+        results.append(_allreduce(ops, "allreduce.after", [rank, 10.0 * rank], set_id).tolist())
+    results.append(_allreduce(ops, "allreduce.global", [rank + 1.0], 0).tolist())
+    basics.shutdown()
+    return message, elapsed, results
+
+
+@pytest.mark.parametrize("warm_up_steps", [0, 3], ids=["uncached", "cached"])
+@pytest.mark.parametrize("np_", [3, 4])  # at np=2 the set {0, 1} would be the global set
+def test_deadlock_across_process_sets_raises_on_every_rank(np_, warm_up_steps):
+    results = run_ranks(np_, _across_sets, warm_up_steps, env=ENV, timeout=120)
+    for rank, (message, elapsed, values) in enumerate(results):
+        assert values == _expected_results(np_, True, rank), (rank, values)
+        assert message is not None, f"rank {rank} did not raise"
+        assert 2 * TIMEOUT_S <= elapsed < 10 * TIMEOUT_S + 20, (rank, elapsed)
+        assert "Deadlock across process sets: every rank of the job has waited" in message, message
+        if rank == 0:
+            assert "in process set 1:" in message and "rank 0 " in message and "waits on allreduce.a" in message
+            assert "waits on an operation of another process set" in message, message
+        else:
+            assert "in process set 0:" in message and f"rank {rank} " in message and "waits on allreduce.b" in message

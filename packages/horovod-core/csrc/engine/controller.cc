@@ -80,13 +80,20 @@ bool Controller::EveryRankWaitsOnPending(const std::vector<bool>& waiting) const
   return true;
 }
 
-std::vector<Response> Controller::FailDeadlock(std::chrono::steady_clock::time_point now) {
+std::vector<Response> Controller::FailDeadlock(std::chrono::steady_clock::time_point now, bool across_sets) {
   const int size = backend_.size();
   std::ostringstream msg;
-  msg << "Deadlock: every rank of process set " << set_id_ << " has waited "
-      << std::chrono::duration<double>(now - last_news_).count()
-      << " s (HOROVOD_DEADLOCK_TIMEOUT_SECONDS=" << deadlock_timeout_.count()
-      << ") on operations that cannot complete, because the ranks submitted different operations:";
+  if (across_sets) {
+    msg << "Deadlock across process sets: every rank of the job has waited at least " << 2 * deadlock_timeout_.count()
+        << " s (twice HOROVOD_DEADLOCK_TIMEOUT_SECONDS) on operations that cannot complete, and none completed; in "
+           "process set "
+        << set_id_ << ":";
+  } else {
+    msg << "Deadlock: every rank of process set " << set_id_ << " has waited "
+        << std::chrono::duration<double>(now - last_news_).count()
+        << " s (HOROVOD_DEADLOCK_TIMEOUT_SECONDS=" << deadlock_timeout_.count()
+        << ") on operations that cannot complete, because the ranks submitted different operations:";
+  }
   const char* separator = " ";
   for (int rank = 0; rank < size; ++rank) {
     if (joined_ranks_.count(rank)) continue;
@@ -95,6 +102,11 @@ std::vector<Response> Controller::FailDeadlock(std::chrono::steady_clock::time_p
     msg << " waits on ";
     separator = "; ";
     size_t shown = 0;
+    bool any = false;
+    for (const std::string& name : arrival_order_) {
+      for (const Request& r : pending_.at(name).requests) any = any || r.rank == rank;
+    }
+    if (!any) msg << "an operation of another process set";
     for (const std::string& name : arrival_order_) {
       const PendingTensor& tensor = pending_.at(name);
       const Request* own = nullptr;
@@ -276,6 +288,8 @@ ResponseList Controller::Coordinate(std::vector<RequestList>& lists) {
   arrival_order_.swap(still_pending);
   if (!out.responses.empty()) {
     last_news_ = now;
+  } else if (job_deadlocked_ && !pending_.empty()) {
+    out.responses = FailDeadlock(now, /*across_sets=*/true);
   } else if (EveryRankWaitsOnPending(waiting_)) {
     // Nothing completes while every rank waits: either the ranks used one name for different
     // collectives (reported at once), or a deadlock once nothing arrived for the timeout.
@@ -328,7 +342,8 @@ ResponseList Controller::Negotiate(const RequestList& mine) {
 }
 
 ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool shutdown,
-                                             const std::string& shutdown_reason, bool waiting) {
+                                             const std::string& shutdown_reason, bool waiting, bool stuck,
+                                             bool job_deadlocked) {
   const auto start = std::chrono::steady_clock::now();
   ++stats_.cycles;
   // A join completed in the previous cycle's list; this rank stayed joined while executing it.
@@ -337,6 +352,7 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     join_completed_ = false;
   }
   const bool use_cache = cache_.capacity() > 0;
+  job_stuck_ = false;
   const auto eviction_time = stall_inspector_.eviction_time();
 
   // The coordinator inspects stalls every cycle (the cache fast path skips Coordinate); giving up
@@ -345,7 +361,8 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     stall_reason_ = stall_inspector_.Check(pending_, joined_ranks_);
   }
   // A deadlock seen in the cache round of an earlier cycle is reported through a coordinator round.
-  if (backend_.rank() == 0 && (DeadlockDue(start, waiting_) ||
+  job_deadlocked_ = job_deadlocked;
+  if (backend_.rank() == 0 && (DeadlockDue(start, waiting_) || (job_deadlocked && !pending_.empty()) ||
                                (EveryRankWaitsOnPending(waiting_) && !SplitNames().empty()))) {
     force_round_ = true;
   }
@@ -394,10 +411,12 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     const size_t num_bits = cache_.num_bits();
     const size_t words = (num_bits + 63) / 64;
     std::vector<uint64_t> vec(1 + 2 * words, 0);
-    constexpr uint64_t kNoShutdown = 1, kNothingUncached = 2, kNoParameters = 4, kNoDeadlock = 8, kWaiting = 16;
+    constexpr uint64_t kNoShutdown = 1, kNothingUncached = 2, kNoParameters = 4, kNoDeadlock = 8, kWaiting = 16,
+                       kStuck = 32;
     constexpr uint64_t kQuiet = kNoShutdown | kNothingUncached | kNoParameters | kNoDeadlock;
     vec[0] = (shutdown ? 0 : kNoShutdown) | (uncached.empty() ? kNothingUncached : 0) |
-             (outgoing_parameters_ ? 0 : kNoParameters) | (force_round_ ? 0 : kNoDeadlock) | (waiting ? kWaiting : 0);
+             (outgoing_parameters_ ? 0 : kNoParameters) | (force_round_ ? 0 : kNoDeadlock) | (waiting ? kWaiting : 0) |
+             (stuck ? kStuck : 0);
     auto set_bit = [&](size_t section, uint32_t bit) { vec[1 + section * words + bit / 64] |= uint64_t{1} << (bit % 64); };
     auto get_bit = [&](size_t section, uint32_t bit) {
       return (vec[1 + section * words + bit / 64] >> (bit % 64)) & 1;
@@ -416,6 +435,12 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     for (uint32_t bit : local_invalid) vec[1 + words + bit / 64] &= ~(uint64_t{1} << (bit % 64));
     if (backend_.size() > 1) backend_.AllreduceBitsAnd(vec);
     need_round = (vec[0] & kQuiet) != kQuiet;
+    // Every rank stuck (global set): its pending tensors fail in a coordinator round now.
+    job_stuck_ = (vec[0] & kStuck) != 0;
+    if (job_stuck_) {
+      job_deadlocked_ = true;
+      need_round = true;
+    }
     // The coordinator learns whether every rank waits (kept for the next cycle's DeadlockDue).
     if (backend_.rank() == 0) waiting_.assign(waiting_.size(), (vec[0] & kWaiting) != 0);
 

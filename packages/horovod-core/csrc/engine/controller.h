@@ -62,8 +62,16 @@ class Controller {
   // Collective over the set: every member calls it once per cycle with the requests submitted
   // since the last call, and whether a caller of this rank is blocked waiting on one of the set's
   // operations (`waiting`). Returns the ordered, fused responses to execute and the shutdown verdict.
+  //
+  // Deadlocks across process sets: `stuck` (global set only) says that a caller of this rank has
+  // been blocked on some set's operation while nothing completed or was submitted on this rank for
+  // the deadlock timeout. When every rank says so in the cache round, the global set fails its
+  // pending tensors in this negotiation and job_stuck() is true on every rank; passed to the other
+  // sets as `job_deadlocked` in the same cycle, their coordinators fail their pending tensors too.
   ResponseList ComputeResponseList(std::vector<Request> requests, bool shutdown, const std::string& shutdown_reason,
-                                   bool waiting = false);
+                                   bool waiting = false, bool stuck = false, bool job_deadlocked = false);
+  // Whether every rank said `stuck` in this cycle's cache round (false without one).
+  bool job_stuck() const { return job_stuck_; }
 
   // Autotune hooks (spec core.md §12); see autotune/parameter_manager.h.
   // Coordinator of the global set only: send `parameters` to every rank with the next response
@@ -106,7 +114,8 @@ class Controller {
   std::vector<Response> FailPending(const std::vector<std::string>& names, const std::string& message,
                                     std::chrono::steady_clock::time_point now);
   // Coordinator: the ERROR responses failing every pending tensor, which it forgets.
-  std::vector<Response> FailDeadlock(std::chrono::steady_clock::time_point now);
+  // `across_sets`: the verdict came from the whole job being stuck (job_deadlocked), not from this set.
+  std::vector<Response> FailDeadlock(std::chrono::steady_clock::time_point now, bool across_sets = false);
 
   Communicator& backend_;
   std::vector<int> global_ranks_;
@@ -142,6 +151,8 @@ class Controller {
   std::chrono::steady_clock::time_point last_news_;
   std::vector<bool> waiting_;
   bool force_round_ = false;
+  bool job_stuck_ = false;         // every rank stuck, as of this cycle's cache round
+  bool job_deadlocked_ = false;    // this cycle's verdict for the job (coordinator's Coordinate reads it)
   std::vector<std::string> hosts_;  // by set rank; empty when unknown
 };
 

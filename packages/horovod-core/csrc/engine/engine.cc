@@ -350,9 +350,24 @@ bool Engine::RunCycle() {
     std::lock_guard<std::mutex> lock(reason_mu_);
     reason = shutdown_reason_;
   }
+  // Deadlocks across process sets (controller.h): this rank is stuck when a caller waits and
+  // nothing completed or was submitted here for twice the deadlock timeout (so that a deadlock
+  // within one set, reported after the timeout, or 1.5 times it for cached tensors, is reported as
+  // such first, and the ranks it frees are no longer stuck).
+  const auto now = std::chrono::steady_clock::now();
+  const uint64_t submissions = submissions_.load();
+  if (submissions != seen_submissions_) {
+    seen_submissions_ = submissions;
+    last_activity_ = now;
+  }
+  const auto timeout = std::chrono::duration<double>(2 * config_.deadlock_timeout_seconds);
+  const bool stuck = timeout.count() > 0 && now - last_activity_ >= timeout && sets_->AnyCallerWaiting();
   ResponseList list =
       global->controller->ComputeResponseList(global->queue.PopRequests(), shutdown_requested_, reason,
-                                             global->waiters.load() > 0);
+                                             global->waiters.load() > 0, stuck);
+  // Every rank was stuck: the global set's own pending tensors failed in this negotiation; the
+  // other sets' fail in theirs below.
+  const bool job_deadlocked = global->controller->job_stuck();
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     global_stats_ = global->controller->stats();
@@ -372,7 +387,8 @@ bool Engine::RunCycle() {
   for (auto& set : sets_->Members()) {
     if (set->id == 0) continue;
     ResponseList set_list =
-        set->controller->ComputeResponseList(set->queue.PopRequests(), false, "", set->waiters.load() > 0);
+        set->controller->ComputeResponseList(set->queue.PopRequests(), false, "", set->waiters.load() > 0, false,
+                                             job_deadlocked);
     // A stall in this set shuts every rank down through the global set's next negotiation.
     if (set_list.shutdown) RequestShutdown(set_list.shutdown_reason);
     PerformAll(*set, set_list);
@@ -392,6 +408,7 @@ void Engine::PerformAll(ProcessSet& set, const ResponseList& list) {
   }
   if (list.responses.empty()) return;
   progress_ = true;
+  last_activity_ = std::chrono::steady_clock::now();
   const int64_t negotiated_us = recorder_->enabled() ? WallMicros() : 0;
   for (const Response& response : list.responses) Perform(set, response, negotiated_us);
   if (!failed_.empty()) {

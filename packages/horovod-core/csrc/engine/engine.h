@@ -172,6 +172,10 @@ class Engine {
   std::atomic<uint64_t> submissions_{0};
   std::atomic<bool> coalescing_{false};
   bool progress_ = false;  // the current cycle executed at least one response (background thread only)
+  // Deadlocks across process sets (background thread only): when this rank last executed or
+  // submitted something, and the submission count seen then.
+  std::chrono::steady_clock::time_point last_activity_ = std::chrono::steady_clock::now();
+  uint64_t seen_submissions_ = 0;
   std::atomic<bool> shutdown_requested_{false};
   std::mutex reason_mu_;
   std::string shutdown_reason_;  // why this rank asks to shut down ("" = hvd.shutdown())

@@ -188,4 +188,12 @@ bool ProcessSetRegistry::AnyWaiting() {
   return false;
 }
 
+bool ProcessSetRegistry::AnyCallerWaiting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, set] : sets_) {
+    if (set->waiters.load() > 0) return true;
+  }
+  return false;
+}
+
 }  // namespace horovod

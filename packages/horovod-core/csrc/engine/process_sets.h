@@ -74,6 +74,8 @@ class ProcessSetRegistry {
   std::vector<std::shared_ptr<ProcessSet>> Members();
   // Whether any set this rank belongs to has operations waiting.
   bool AnyWaiting();
+  // Whether a caller of this rank is blocked waiting on an operation of any set.
+  bool AnyCallerWaiting();
 
  private:
   void Create(int32_t id, const std::vector<int>& ranks);
