@@ -102,11 +102,6 @@ std::vector<Response> Controller::FailDeadlock(std::chrono::steady_clock::time_p
     msg << " waits on ";
     separator = "; ";
     size_t shown = 0;
-    bool any = false;
-    for (const std::string& name : arrival_order_) {
-      for (const Request& r : pending_.at(name).requests) any = any || r.rank == rank;
-    }
-    if (!any) msg << "an operation of another process set";
     for (const std::string& name : arrival_order_) {
       const PendingTensor& tensor = pending_.at(name);
       const Request* own = nullptr;
@@ -129,6 +124,7 @@ std::vector<Response> Controller::FailDeadlock(std::chrono::steady_clock::time_p
       for (size_t i = 0; i < missing.size(); ++i) msg << (i ? ", " : "") << missing[i];
       msg << ")";
     }
+    if (shown == 0) msg << "an operation of another process set";  // (only across sets)
   }
   std::vector<std::string> names = arrival_order_;
   return FailPending(names, msg.str(), now);

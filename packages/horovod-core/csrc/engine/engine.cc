@@ -48,9 +48,9 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   e.sets_ = std::make_unique<ProcessSetRegistry>(e.config_, e.store_.get(), key_prefix, timeline,
                                                  [&e](Controller& controller) { e.ConfigureController(controller); });
   e.sets_->CreateGlobal(std::move(e.stack_.global));
-  e.sets_->Find(0)->controller->SetHosts(e.Hosts());
+  const std::vector<std::string> hosts = e.Hosts();
+  e.sets_->Find(0)->controller->SetHosts(hosts);
   e.sets_->CreateStatic(process_sets);
-  std::vector<std::string> hosts = e.Hosts();
   e.recorder_ = std::make_unique<FlightRecorder>(static_cast<size_t>(config.flight_recorder_size),
                                                  config.flight_recorder_dir, e.config_.rank, e.config_.size,
                                                  hosts.empty() ? e.config_.hostname : hosts[e.config_.rank]);
@@ -171,7 +171,10 @@ int64_t Engine::Enqueue(int32_t process_set_id, std::vector<Request> requests, s
     if (!status.ok()) throw EngineError(status);
   }
   RecordReadyEvents(entries, stream);
-  for (size_t i = 0; i < entries.size(); ++i) entries[i].flight_id = recorder_->Submitted(requests[i], process_set_id);
+  const FlightRecorder::Id recorded = recorder_->Submitted(requests, process_set_id);
+  if (recorded != 0) {
+    for (size_t i = 0; i < entries.size(); ++i) entries[i].flight_id = recorded + i;
+  }
   const int64_t handle = ++last_handle_;
   auto state = std::make_shared<HandleState>(entries.size());
   state->process_set_id = process_set_id;
@@ -183,13 +186,12 @@ int64_t Engine::Enqueue(int32_t process_set_id, std::vector<Request> requests, s
     std::lock_guard<std::mutex> lock(handles_mu_);
     handles_[handle] = state;
   }
-  std::vector<FlightRecorder::Id> recorded;
-  for (const auto& entry : entries) recorded.push_back(entry.flight_id);
+  const size_t count = entries.size();
   try {
     set->queue.Add(std::move(requests), std::move(entries));
   } catch (const std::exception& e) {
     ReleaseHandle(handle);
-    for (FlightRecorder::Id id : recorded) recorder_->Ended(id, e.what());
+    recorder_->Ended(recorded, count, e.what());
     throw;
   }
   submissions_.fetch_add(1, std::memory_order_seq_cst);
@@ -295,7 +297,8 @@ void Engine::BackgroundLoop() {
       if (woken_by_waiter && !shutdown_requested_.load() && !sets_->AnyWaiting()) continue;
       const auto start = std::chrono::steady_clock::now();
       progress_ = false;
-      if (!RunCycle()) break;
+      if (!RunCycle(start)) break;
+      if (progress_) last_activity_ = start;
       // The cycle time bounds how long submitted work waits; it is not a sleep every operation
       // pays. While this rank has operations waiting for the other ranks, the next cycle starts
       // at once: its negotiation blocks until another rank's cycle meets it (when that rank submits
@@ -324,7 +327,7 @@ void Engine::BackgroundLoop() {
   std::vector<std::shared_ptr<ProcessSet>> sets = sets_->All();
   for (auto& set : sets) {
     for (TensorTableEntry& entry : set->queue.Close(status)) {
-      recorder_->Ended(entry.flight_id, status.reason());
+      recorder_->Ended(entry.flight_id, 1, status.reason());
       entry.handle->Complete(entry.index, status);
     }
   }
@@ -342,7 +345,7 @@ void Engine::BackgroundLoop() {
   executors_.Release();
 }
 
-bool Engine::RunCycle() {
+bool Engine::RunCycle(std::chrono::steady_clock::time_point now) {
   timeline_.MarkCycleStart();
   std::shared_ptr<ProcessSet> global = sets_->Find(0);
   std::string reason;
@@ -354,7 +357,6 @@ bool Engine::RunCycle() {
   // nothing completed or was submitted here for twice the deadlock timeout (so that a deadlock
   // within one set, reported after the timeout, or 1.5 times it for cached tensors, is reported as
   // such first, and the ranks it frees are no longer stuck).
-  const auto now = std::chrono::steady_clock::now();
   const uint64_t submissions = submissions_.load();
   if (submissions != seen_submissions_) {
     seen_submissions_ = submissions;
@@ -408,7 +410,6 @@ void Engine::PerformAll(ProcessSet& set, const ResponseList& list) {
   }
   if (list.responses.empty()) return;
   progress_ = true;
-  last_activity_ = std::chrono::steady_clock::now();
   const int64_t negotiated_us = recorder_->enabled() ? WallMicros() : 0;
   for (const Response& response : list.responses) Perform(set, response, negotiated_us);
   if (!failed_.empty()) {
@@ -425,11 +426,9 @@ void Engine::Perform(ProcessSet& set, const Response& response, int64_t negotiat
   std::vector<TensorTableEntry> owned(response.names.size());
   std::vector<TensorTableEntry*> entries(response.names.size(), nullptr);
   for (size_t i = 0; i < response.names.size(); ++i) {
-    if (set.queue.TryTake(response.names[i], &owned[i])) {
-      entries[i] = &owned[i];
-      recorder_->Started(owned[i].flight_id, negotiated_us);
-    }
+    if (set.queue.TryTake(response.names[i], &owned[i])) entries[i] = &owned[i];
   }
+  recorder_->Started(entries, negotiated_us);
   const bool record = timeline_.recording();
   auto end_all = [&] {
     if (record) {
@@ -441,10 +440,9 @@ void Engine::Perform(ProcessSet& set, const Response& response, int64_t negotiat
   }
   if (response.type == OpType::ERROR) {
     end_all();
+    recorder_->Ended(entries, response.error_message);
     for (auto* e : entries) {
-      if (!e) continue;
-      recorder_->Ended(e->flight_id, response.error_message);
-      failed_.emplace_back(std::move(*e), response.error_message);  // completed by PerformAll
+      if (e) failed_.emplace_back(std::move(*e), response.error_message);  // completed by PerformAll
     }
     return;
   }
@@ -474,10 +472,9 @@ void Engine::Perform(ProcessSet& set, const Response& response, int64_t negotiat
     // they are failed here.
     end_all();
     Status failed = Status::UnknownError(std::string("Horovod ") + OpTypeName(response.type) + " failed: " + e.what());
+    recorder_->Ended(entries, failed.reason());
     for (auto* entry : entries) {
-      if (!entry) continue;
-      recorder_->Ended(entry->flight_id, failed.reason());
-      entry->handle->Complete(entry->index, failed);
+      if (entry) entry->handle->Complete(entry->index, failed);
     }
     throw;
   }
@@ -493,9 +490,9 @@ void Engine::Perform(ProcessSet& set, const Response& response, int64_t negotiat
       }
     }
   }
+  recorder_->Ended(entries, "");
   for (size_t i = 0; i < entries.size(); ++i) {
     if (!entries[i]) continue;
-    recorder_->Ended(entries[i]->flight_id, "");
     if (value) {
       entries[i]->handle->CompleteWithValue(entries[i]->index, *value);
     } else {

@@ -136,7 +136,8 @@ class Engine {
  private:
   explicit Engine(const Config& config);
   void BackgroundLoop();
-  bool RunCycle();
+  // One cycle, begun at `now`; false once the engine must stop.
+  bool RunCycle(std::chrono::steady_clock::time_point now);
   void RequestShutdown(const std::string& reason);
   void PerformAll(ProcessSet& set, const ResponseList& list);
   // `negotiated_us`: when the list arrived (WallMicros; 0 when the flight recorder is off).

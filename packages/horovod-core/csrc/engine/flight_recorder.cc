@@ -34,25 +34,29 @@ std::string MicrosOrNull(int64_t us) { return us == 0 ? "null" : std::to_string(
 FlightRecorder::FlightRecorder(size_t capacity, std::string dir, int rank, int size, std::string host)
     : ring_(capacity), dir_(std::move(dir)), rank_(rank), size_(size), host_(std::move(host)) {}
 
-FlightRecorder::Id FlightRecorder::Submitted(const Request& request, int32_t set_id) {
-  if (ring_.empty()) return 0;
+FlightRecorder::Id FlightRecorder::Submitted(const std::vector<Request>& requests, int32_t set_id) {
+  if (ring_.empty() || requests.empty()) return 0;
   const int64_t now = WallMicros();
   std::lock_guard<std::mutex> lock(mu_);
-  const Id id = next_id_++;
-  Record& r = ring_[id % ring_.size()];
-  r.id = id;
-  r.seq = next_seq_[set_id]++;
-  r.set_id = set_id;
-  r.type = request.type;
-  r.dtype = request.dtype;
-  r.name.assign(request.name);
-  r.shape.assign(request.shape.begin(), request.shape.end());
-  r.bytes = NumElements(request.shape) * static_cast<int64_t>(DataTypeSize(request.dtype));
-  r.enqueued_us = now;
-  r.negotiated_us = r.started_us = r.ended_us = 0;
-  r.outcome = Outcome::PENDING;
-  r.error.clear();
-  return id;
+  const Id first = next_id_;
+  uint64_t& seq = next_seq_[set_id];
+  for (const Request& request : requests) {
+    const Id id = next_id_++;
+    Record& r = ring_[id % ring_.size()];
+    r.id = id;
+    r.seq = seq++;
+    r.set_id = set_id;
+    r.type = request.type;
+    r.dtype = request.dtype;
+    r.name.assign(request.name);
+    r.shape.assign(request.shape.begin(), request.shape.end());
+    r.bytes = NumElements(request.shape) * static_cast<int64_t>(DataTypeSize(request.dtype));
+    r.enqueued_us = now;
+    r.negotiated_us = r.started_us = r.ended_us = 0;
+    r.outcome = Outcome::PENDING;
+    r.error.clear();
+  }
+  return first;
 }
 
 FlightRecorder::Record* FlightRecorder::Find(Id id) {
@@ -61,26 +65,41 @@ FlightRecorder::Record* FlightRecorder::Find(Id id) {
   return r.id == id ? &r : nullptr;
 }
 
-void FlightRecorder::Started(Id id, int64_t negotiated_us) {
-  if (id == 0) return;
+void FlightRecorder::Started(const std::vector<TensorTableEntry*>& entries, int64_t negotiated_us) {
+  if (ring_.empty()) return;
   const int64_t now = WallMicros();
   std::lock_guard<std::mutex> lock(mu_);
-  if (Record* r = Find(id)) {
-    r->negotiated_us = negotiated_us;
-    r->started_us = now;
-    r->outcome = Outcome::RUNNING;
+  for (const TensorTableEntry* e : entries) {
+    if (Record* r = e ? Find(e->flight_id) : nullptr) {
+      r->negotiated_us = negotiated_us;
+      r->started_us = now;
+      r->outcome = Outcome::RUNNING;
+    }
   }
 }
 
-void FlightRecorder::Ended(Id id, const std::string& error) {
-  if (id == 0) return;
-  const int64_t now = WallMicros();
-  std::lock_guard<std::mutex> lock(mu_);
+void FlightRecorder::EndLocked(Id id, int64_t now, const std::string& error) {
   if (Record* r = Find(id)) {
     r->ended_us = now;
     r->outcome = error.empty() ? Outcome::COMPLETED : Outcome::FAILED;
     r->error.assign(error);
   }
+}
+
+void FlightRecorder::Ended(const std::vector<TensorTableEntry*>& entries, const std::string& error) {
+  if (ring_.empty()) return;
+  const int64_t now = WallMicros();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const TensorTableEntry* e : entries) {
+    if (e) EndLocked(e->flight_id, now, error);
+  }
+}
+
+void FlightRecorder::Ended(Id first, size_t count, const std::string& error) {
+  if (first == 0) return;
+  const int64_t now = WallMicros();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < count; ++i) EndLocked(first + i, now, error);
 }
 
 std::string FlightRecorder::ToJson(const std::string& reason, const Sets& sets) const {

@@ -5,9 +5,10 @@
 // mismatch or stall error, or when it loses a peer. Comparing the ranks' files shows where they
 // diverged: `python -m horovod.runner.flight_recorder DIR`.
 //
-// Cost on the hot path: one uncontended mutex and a copy into a preallocated slot (its strings and
-// shape keep their capacity) at submission, and one at each later step; no allocation once the
-// ring has been round once with names no longer than before.
+// Cost on the hot path: per submitted group and per executed response, one uncontended mutex and
+// one clock read, and a copy of each name and shape into a preallocated slot (its strings keep
+// their capacity); no allocation once the ring has been round once with names no longer than
+// before.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 
 #include "common.h"
 #include "message.h"
+#include "tensor_queue.h"
 
 namespace horovod {
 
@@ -34,12 +36,16 @@ class FlightRecorder {
   bool enabled() const { return !ring_.empty(); }
   const std::string& dir() const { return dir_; }
 
-  // A request submitted to process set `set_id` (any thread).
-  Id Submitted(const Request& request, int32_t set_id);
-  // The background thread: the coordinator's answer arrived at `negotiated_us` (WallMicros) and
-  // execution starts now; it ended (`error` empty: completed).
-  void Started(Id id, int64_t negotiated_us);
-  void Ended(Id id, const std::string& error);
+  // Requests submitted together to process set `set_id` (any thread): they get consecutive ids,
+  // of which the first is returned (0 when off).
+  Id Submitted(const std::vector<Request>& requests, int32_t set_id);
+  // The background thread, per response: the coordinator's answer arrived at `negotiated_us`
+  // (WallMicros) and execution of `entries` (null ones skipped) starts now; they ended (`error`
+  // empty: completed).
+  void Started(const std::vector<TensorTableEntry*>& entries, int64_t negotiated_us);
+  void Ended(const std::vector<TensorTableEntry*>& entries, const std::string& error);
+  // `count` operations from id `first` ended with `error` (a refused submission, a closed queue).
+  void Ended(Id first, size_t count, const std::string& error);
 
   // The records (oldest first) and the header, as one JSON object (format: docs/engine.md);
   // `sets` are the process sets' global ranks by id.
@@ -68,6 +74,7 @@ class FlightRecorder {
     std::string error;
   };
   Record* Find(Id id);  // under mu_; null when overwritten
+  void EndLocked(Id id, int64_t now, const std::string& error);
 
   mutable std::mutex mu_;
   std::vector<Record> ring_;

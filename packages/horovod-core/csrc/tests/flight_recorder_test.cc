@@ -31,24 +31,25 @@ size_t Count(const std::string& text, const std::string& part) {
 TEST(FlightRecorder, OffRecordsNothing) {
   FlightRecorder recorder(0, "", 0, 1, "host-a");
   EXPECT_FALSE(recorder.enabled());
-  EXPECT_EQ(recorder.Submitted(MakeRequest("allreduce.x", OpType::ALLREDUCE, {4}, DataType::FLOAT32), 0), 0u);
-  recorder.Started(0, 1);  // ignored
-  recorder.Ended(0, "");
+  EXPECT_EQ(recorder.Submitted({MakeRequest("allreduce.x", OpType::ALLREDUCE, {4}, DataType::FLOAT32)}, 0), 0u);
+  TensorTableEntry entry;
+  recorder.Started({&entry, nullptr}, 1);  // ignored
+  recorder.Ended({&entry}, "");
+  recorder.Ended(0, 1, "");
 }
 
 TEST(FlightRecorder, KeepsTheLastOperationsWithTheirTimesAndOutcomes) {
   FlightRecorder recorder(3, "", 1, 2, "host-b");
-  std::vector<FlightRecorder::Id> ids;
+  std::vector<TensorTableEntry> entries(5);
   for (int i = 0; i < 5; ++i) {
-    ids.push_back(recorder.Submitted(MakeRequest("allreduce.t" + std::to_string(i), OpType::ALLREDUCE, {2, 3},
-                                                 DataType::FLOAT64),
-                                     i % 2));  // sets 0 and 1 alternate
+    entries[i].flight_id = recorder.Submitted(
+        {MakeRequest("allreduce.t" + std::to_string(i), OpType::ALLREDUCE, {2, 3}, DataType::FLOAT64)},
+        i % 2);  // sets 0 and 1 alternate
   }
-  recorder.Started(ids[0], 5);  // overwritten: ignored
-  recorder.Started(ids[3], WallMicros());
-  recorder.Ended(ids[3], "");
-  recorder.Started(ids[4], WallMicros());
-  recorder.Ended(ids[4], "Mismatched \"shapes\"\n");
+  recorder.Started({&entries[0]}, 5);  // overwritten: ignored
+  recorder.Started({&entries[3], nullptr, &entries[4]}, WallMicros());
+  recorder.Ended({&entries[3]}, "");
+  recorder.Ended(entries[4].flight_id, 1, "Mismatched \"shapes\"\n");
   const std::string json = recorder.ToJson("on demand", {{0, {0, 1}}, {1, {1}}});
   EXPECT_EQ(Count(json, "\"seq\":"), 3u) << json;
   EXPECT_EQ(json.find("allreduce.t1"), std::string::npos) << json;
@@ -80,7 +81,12 @@ TEST(FlightRecorder, DumpWritesTheRanksFileAndCreatesTheDirectory) {
   const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) /
                                     ("horovod-flight-recorder-test-" + std::to_string(getpid())) / "nested";
   FlightRecorder recorder(4, dir.string(), 3, 4, "host-c");
-  recorder.Submitted(MakeRequest("broadcast.w", OpType::BROADCAST, {}, DataType::INT32), 0);
+  // A group gets consecutive ids.
+  const FlightRecorder::Id first = recorder.Submitted(
+      {MakeRequest("broadcast.w", OpType::BROADCAST, {}, DataType::INT32),
+       MakeRequest("broadcast.v", OpType::BROADCAST, {2}, DataType::INT32)},
+      0);
+  recorder.Ended(first, 2, "refused");
   const std::string path = recorder.Dump(dir.string(), "signal SIGUSR2", {});
   EXPECT_EQ(path, (dir / "flight_recorder_rank_3.json").string());
   std::ifstream file(path);
@@ -89,6 +95,9 @@ TEST(FlightRecorder, DumpWritesTheRanksFileAndCreatesTheDirectory) {
   EXPECT_NE(text.str().find("\"name\": \"broadcast.w\", \"collective\": \"BROADCAST\", \"dtype\": \"int32\", "
                             "\"shape\": [], \"bytes\": 4"),
             std::string::npos)
+      << text.str();
+  EXPECT_EQ(Count(text.str(), "\"outcome\": \"failed\", \"error\": \"refused\""), 2u) << text.str();
+  EXPECT_NE(text.str().find("{\"seq\": 1, \"process_set\": 0, \"name\": \"broadcast.v\""), std::string::npos)
       << text.str();
   // Nothing else is left in the directory (the temporary file was renamed).
   size_t entries = 0;

@@ -35,38 +35,39 @@ FORMAT = "horovod-flight-recorder"
 GATHER_TIMEOUT_S = 30
 
 
-def load(directory):
-    """The newest file of each rank under ``directory`` (searched recursively, so that the files
-    gathered from several hosts into subdirectories are found).
+def load(*directories):
+    """The newest file of each rank under ``directories`` (searched recursively, so that the
+    files gathered from several hosts into subdirectories are found).
 
     Args:
-        directory (str or os.PathLike): where the files are.
+        directories (str or os.PathLike): where the files are.
 
     Returns:
         dict: global rank (int) -> the file's JSON object.
 
     Raises:
-        ValueError: ``directory`` is not a directory, or a file is not a flight recorder file.
+        ValueError: one of ``directories`` is not a directory, or a file is not a flight recorder
+            file.
     """
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
-        raise ValueError(f"{directory!r} is not a directory")
+    paths = []
+    for directory in map(os.fspath, directories):
+        if not os.path.isdir(directory):
+            raise ValueError(f"{directory!r} is not a directory")
+        for root, _, names in os.walk(directory):
+            paths += [os.path.join(root, name) for name in sorted(names)
+                      if name.startswith(FILE_PREFIX) and name.endswith(".json")]
     by_rank = {}
-    for root, _, names in os.walk(directory):
-        for name in sorted(names):
-            if not (name.startswith(FILE_PREFIX) and name.endswith(".json")):
-                continue
-            path = os.path.join(root, name)
-            try:
-                with open(path, encoding="utf-8") as f:
-                    record = json.load(f)
-            except (OSError, json.JSONDecodeError) as e:
-                raise ValueError(f"cannot read the flight recorder file {path}: {e}") from e
-            if not isinstance(record, dict) or record.get("format") != FORMAT:
-                raise ValueError(f"{path} is not a Horovod flight recorder file")
-            rank = int(record["rank"])
-            if rank not in by_rank or record.get("dumped_us", 0) > by_rank[rank].get("dumped_us", 0):
-                by_rank[rank] = record
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                record = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"cannot read the flight recorder file {path}: {e}") from e
+        if not isinstance(record, dict) or record.get("format") != FORMAT:
+            raise ValueError(f"{path} is not a Horovod flight recorder file")
+        rank = int(record["rank"])
+        if rank not in by_rank or record.get("dumped_us", 0) > by_rank[rank].get("dumped_us", 0):
+            by_rank[rank] = record
     return by_rank
 
 
@@ -176,16 +177,6 @@ def _gather_remote(directory, host, settings, target):
         print(f"horovodrun: could not read the flight recorder files of {host}: {e}", file=sys.stderr)
 
 
-def _newest(*found):
-    """Merges :func:`load` results, keeping each rank's newest file."""
-    merged = {}
-    for records in found:
-        for rank, record in records.items():
-            if rank not in merged or record.get("dumped_us", 0) > merged[rank].get("dumped_us", 0):
-                merged[rank] = record
-    return merged
-
-
 @contextlib.contextmanager
 def recorded_job(env, settings, remote_hosts):
     """Around a static job launched by ``horovodrun``: points the workers at a flight recorder
@@ -220,7 +211,7 @@ def recorded_job(env, settings, remote_hosts):
         try:
             for host in remote_hosts:
                 _gather_remote(directory, host, settings, os.path.join(gathered, f"host-{host}"))
-            records = _newest(load(directory) if os.path.isdir(directory) else {}, load(gathered))
+            records = load(*[d for d in (directory, gathered) if os.path.isdir(d)])
             if records:
                 where = "" if temporary else f" (files in {directory})"
                 print(f"horovodrun: the job failed; its flight recorder{where} says:\n  " +
