@@ -8,6 +8,7 @@ import threading
 
 from horovod.common import _core, ops
 from horovod.common.exceptions import HorovodInternalError  # noqa: F401  (re-exported by bindings)
+from horovod.common.knobs import knob
 
 
 def _require_initialized():
@@ -50,7 +51,7 @@ def _install_dump_signal():
     """SIGUSR2 writes the flight recorder to HOROVOD_FLIGHT_RECORDER_DIR, when that is set and the
     signal has no handler yet (Python runs handlers in the main thread, also while it waits on a
     Horovod operation)."""
-    if not os.environ.get("HOROVOD_FLIGHT_RECORDER_DIR") or threading.current_thread() is not threading.main_thread():
+    if not os.environ.get(knob("FLIGHT_RECORDER_DIR")) or threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(DUMP_SIGNAL) in (signal.SIG_DFL, None):
         signal.signal(DUMP_SIGNAL, _dump_on_signal)
