@@ -24,6 +24,7 @@ struct Config {
   int rendezvous_port = -1;
   std::string gloo_iface;
   double gloo_timeout_seconds = 30.0;
+  std::string gloo_busy_poll = "auto";  // HOROVOD_GLOO_BUSY_POLL: "auto", "0" or "1"
   std::string controller;      // "" (default), "gloo" or "mpi"
   std::string cpu_operations;  // "" (default), "gloo", "mpi" or "ccl"
 

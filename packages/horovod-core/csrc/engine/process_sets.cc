@@ -1,5 +1,7 @@
 #include "engine/process_sets.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <sstream>
 
@@ -17,6 +19,14 @@ BackendOptions CommunicatorOptions(const Config& config, Store* store, const std
   options.iface = config.gloo_iface;
   options.hostname = config.local_size == config.size ? "127.0.0.1" : config.hostname;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.gloo_timeout_seconds * 1000));
+  if (config.gloo_busy_poll == "auto") {
+    // Polling takes a core per rank while it waits; only where the host has cores to spare.
+    cpu_set_t cpus;
+    const int available = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    options.busy_poll = available > 2 * config.local_size;
+  } else {
+    options.busy_poll = config.gloo_busy_poll == "1";
+  }
   return options;
 }
 

@@ -1,15 +1,14 @@
-// The Gloo backend: TCP full mesh built through the rendezvous store; data collectives from Gloo's
-// algorithms; the control plane from Gloo's gather/broadcast and point-to-point buffers.
+// The Gloo backend: TCP full meshes built through the rendezvous store. Allreduce, broadcast and
+// the control plane go over a mesh whose sockets the calling thread drives itself (SyncMesh);
+// allgather, alltoall, barrier and Adasum's exchanges use Gloo's own algorithms on the other.
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
-#include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
-#include <gloo/broadcast.h>
-#include <gloo/gather.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/buffer.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
@@ -22,20 +21,20 @@
 namespace horovod {
 namespace {
 
-// Gloo's ring allreduce moves data in segments; its 1 MiB default throttles large messages on
-// loopback (~0.12 GB/s measured here), while much larger segments lose the pipelining (64 MiB at
-// np=2: 0.36 GB/s with 32 MiB segments, 0.75 GB/s with 4 MiB ones).
-constexpr size_t kSegmentBytes = 4 << 20;
-// While the bytes rank 0 receives stay below this, an allreduce is a gather to rank 0 and a
-// broadcast: two Gloo collectives whose latency is far below that of the ring's many steps.
-// Measured at np=2 (median ms, ring vs gather+broadcast): 4 KiB 3.9 vs 0.39, 256 KiB 3.9 vs 0.6,
-// 1 MiB 4.0 vs 1.6, 4 MiB 7.6 vs 6.1, 16 MiB 18.8 vs 44.
-constexpr size_t kSmallAllreduceBytes = 4 << 20;
-// Slot prefix for the control plane's point-to-point messages; Gloo's own algorithms use small
-// prefixes for theirs.
-constexpr uint8_t kControlSlotPrefix = 0x68;
 // Slot prefix of SendRecv's point-to-point messages (Adasum).
 constexpr uint8_t kPeerSlotPrefix = 0x69;
+
+// The largest message the synchronous mesh sends in one piece. A rank may have two such messages
+// unread by a peer (see SyncMesh): Gloo sizes the socket's send buffer to the message (Linux then
+// doubles it), and the peer's receive buffer (128 KiB at least) holds more, so neither writer
+// blocks on the other. Measured between two hosts of the test bed (np=2, busy polling), 64 KiB
+// to 4 MiB allreduces ran fastest with 128 KiB; 256 KiB took up to 3 times as long, and 64 KiB
+// messages sometimes stalled for milliseconds.
+constexpr size_t kSyncChunkBytes = 128 << 10;
+// Allreduces up to this many bytes take one step (every rank sends its data to every other);
+// larger ones two (reduce-scatter, then allgather).
+constexpr size_t kSyncExchangeBytes = 32 << 10;
+constexpr int kSyncSlot = 0x6a;
 
 // Adapts the engine's Store (blocking Get) to Gloo's store interface.
 class StoreAdapter : public gloo::rendezvous::Store {
@@ -53,13 +52,192 @@ class StoreAdapter : public gloo::rendezvous::Store {
   std::string prefix_;
 };
 
-template <typename T>
-void SetReduce(gloo::AllreduceOptions& opts, T* buffer, int64_t count, DataType dtype, ReduceOp op) {
-  opts.setOutput(buffer, static_cast<size_t>(count));
-  opts.setReduceFunction([dtype, op](void* c, const void* a, const void* b, size_t n) {
-    Reduce(c, a, b, static_cast<int64_t>(n), dtype, op);
-  });
-}
+// A second full mesh of TCP connections whose pairs Gloo runs in synchronous mode: the calling
+// thread writes and reads the sockets itself, instead of handing each message to Gloo's event
+// loop thread and waiting for it to wake the caller, and a message goes out at once into a buffer
+// that the peer registered when the mesh was built, instead of after the notify/ready round trip
+// that Gloo's unbound buffers take. A small collective then costs one network latency per step and
+// no thread hand-off, and a large one keeps both directions of every link busy. It carries the
+// control plane (the per-cycle AND, the gather of requests, the broadcast of responses), the
+// allreduces and the broadcasts; one thread uses it at a time (the communicator's).
+//
+// Every message is at most kSyncChunkBytes and is staged through the pair's own buffers. In the
+// allreduce a rank sends each step's messages before reading the step's arrivals, and cannot start
+// a step before it has read every peer's message of the one before, which each peer sent only after
+// reading all of the step before that: so at most two messages of a rank are unread by a peer at
+// any time, and the two sockets' kernel buffers hold them without a writer blocking.
+class SyncMesh {
+ public:
+  SyncMesh(int rank, int size, std::chrono::milliseconds timeout, horovod::Store& store, const std::string& prefix,
+           std::shared_ptr<gloo::transport::Device> device, bool busy_poll)
+      : rank_(rank), size_(size), scratch_(kSyncChunkBytes) {
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(timeout);
+    StoreAdapter adapter(store, prefix);
+    context->connectFullMesh(adapter, device);
+    peers_.resize(size);
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      auto& pair = context->getPair(r);
+      Peer& peer = peers_[r];
+      peer.out.resize(kSyncChunkBytes);
+      peer.in.resize(kSyncChunkBytes);
+      peer.send = pair->createSendBuffer(kSyncSlot, peer.out.data(), kSyncChunkBytes);
+      peer.recv = pair->createRecvBuffer(kSyncSlot, peer.in.data(), kSyncChunkBytes);
+      pair->setSync(true, busy_poll);
+    }
+    context_ = std::move(context);
+  }
+
+  // In-place allreduce of `count` elements, in rounds of at most kSyncChunkBytes per message.
+  // Every rank reduces the ranks' data in rank order, so all end with the same bits whatever the
+  // reduction's rounding. With two ranks, or one round's worth of data, each rank sends its data to
+  // every other and reduces all of it (one step, and at two ranks no more bytes than any other
+  // scheme); otherwise rank j receives block j of every rank, reduces it and sends it back (two
+  // steps, 2 (n - 1) / n of the data sent per rank).
+  void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
+    const int64_t item = DataTypeSize(dtype);
+    const int64_t chunk = static_cast<int64_t>(kSyncChunkBytes) / item;
+    char* data = static_cast<char*>(buffer);
+    if (count * item <= static_cast<int64_t>(kSyncExchangeBytes)) {
+      for (int64_t start = 0; start < count; start += chunk) {
+        const int64_t n = std::min(chunk, count - start);
+        char* mine = data + start * item;
+        for (int r = 0; r < size_; ++r) {
+          if (r != rank_) Send(r, mine, n * item);
+        }
+        ReduceInRankOrder(mine, n, dtype, op);
+      }
+      return;
+    }
+    const int64_t span = chunk * size_;
+    for (int64_t start = 0; start < count; start += span) {
+      const int64_t n = std::min(span, count - start);
+      auto lo = [&](int block) { return start + n * block / size_; };
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_ && lo(r + 1) > lo(r)) Send(r, data + lo(r) * item, (lo(r + 1) - lo(r)) * item);
+      }
+      const int64_t len = lo(rank_ + 1) - lo(rank_);
+      char* mine = data + lo(rank_) * item;
+      if (len > 0) {
+        ReduceInRankOrder(mine, len, dtype, op);
+        for (int r = 0; r < size_; ++r) {
+          if (r != rank_) Send(r, mine, len * item);
+        }
+      }
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_ && lo(r + 1) > lo(r)) std::memcpy(data + lo(r) * item, Recv(r), (lo(r + 1) - lo(r)) * item);
+      }
+    }
+  }
+
+  // Every rank's words ANDed: each rank sends its words to every other, a message's worth at a time.
+  void AllreduceBitsAnd(std::vector<uint64_t>& words) {
+    const size_t per_message = kSyncChunkBytes / sizeof(uint64_t);
+    for (size_t start = 0; start < words.size(); start += per_message) {
+      const size_t n = std::min(per_message, words.size() - start);
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_) Send(r, words.data() + start, n * sizeof(uint64_t));
+      }
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        const auto* theirs = reinterpret_cast<const uint64_t*>(Recv(r));
+        for (size_t i = 0; i < n; ++i) words[start + i] &= theirs[i];
+      }
+    }
+  }
+
+  // Each rank's bytes, at `root` (elsewhere: nothing). A message holds the length first.
+  std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) {
+    constexpr size_t kHeader = sizeof(int64_t);
+    std::vector<std::vector<char>> result;
+    if (rank_ != root) {
+      const int64_t total = static_cast<int64_t>(data.size());
+      size_t first = std::min(data.size(), kSyncChunkBytes - kHeader);
+      char* out = peers_[root].out.data();
+      std::memcpy(out, &total, kHeader);
+      if (first > 0) std::memcpy(out + kHeader, data.data(), first);
+      Post(root, kHeader + first);
+      for (size_t off = first; off < data.size(); off += kSyncChunkBytes) {
+        Send(root, data.data() + off, std::min(kSyncChunkBytes, data.size() - off));
+      }
+      return result;
+    }
+    result.resize(size_);
+    for (int r = 0; r < size_; ++r) {
+      if (r == root) {
+        result[r] = data;
+        continue;
+      }
+      const char* in = Recv(r);
+      int64_t total = 0;
+      std::memcpy(&total, in, kHeader);
+      std::vector<char>& bytes = result[r];
+      bytes.resize(static_cast<size_t>(total));
+      size_t got = std::min(bytes.size(), kSyncChunkBytes - kHeader);
+      if (got > 0) std::memcpy(bytes.data(), in + kHeader, got);
+      for (; got < bytes.size(); got += kSyncChunkBytes) {
+        std::memcpy(bytes.data() + got, Recv(r), std::min(kSyncChunkBytes, bytes.size() - got));
+      }
+    }
+    return result;
+  }
+
+  void Broadcast(void* buffer, int64_t bytes, int root) {
+    char* data = static_cast<char*>(buffer);
+    for (int64_t off = 0; off < bytes; off += kSyncChunkBytes) {
+      const size_t len = static_cast<size_t>(std::min<int64_t>(kSyncChunkBytes, bytes - off));
+      if (rank_ == root) {
+        for (int r = 0; r < size_; ++r) {
+          if (r != root) Send(r, data + off, len);
+        }
+      } else {
+        std::memcpy(data + off, Recv(root), len);
+      }
+    }
+  }
+
+ private:
+  struct Peer {
+    std::vector<char> out, in;
+    std::unique_ptr<gloo::transport::Buffer> send, recv;
+  };
+
+  // `mine` (n elements) becomes x_0 op x_1 op ... op x_(size-1), evaluated left to right, where
+  // x_rank_ is `mine` and every other x_r is the next message from rank r.
+  void ReduceInRankOrder(char* mine, int64_t n, DataType dtype, ReduceOp op) {
+    const void* first = rank_ == 0 ? mine : Recv(0);
+    const void* second = rank_ == 1 ? mine : Recv(1);
+    char* acc = rank_ <= 1 ? mine : scratch_.data();
+    Reduce(acc, first, second, n, dtype, op);
+    for (int r = 2; r < size_; ++r) Reduce(acc, acc, r == rank_ ? mine : Recv(r), n, dtype, op);
+    if (acc != mine) std::memcpy(mine, acc, n * DataTypeSize(dtype));
+  }
+
+  void Send(int peer, const void* data, size_t bytes) {
+    std::memcpy(peers_[peer].out.data(), data, bytes);
+    Post(peer, bytes);
+  }
+
+  // Sends the first `bytes` of the peer's staging buffer.
+  void Post(int peer, size_t bytes) {
+    Peer& p = peers_[peer];
+    p.send->send(0, bytes);
+    p.send->waitSend();
+  }
+
+  // The peer's next message, valid until the next Recv from that peer.
+  const char* Recv(int peer) {
+    Peer& p = peers_[peer];
+    p.recv->waitRecv();
+    return p.in.data();
+  }
+
+  int rank_, size_;
+  std::shared_ptr<gloo::Context> context_;  // declared before peers_: their buffers go first
+  std::vector<Peer> peers_;
+  std::vector<char> scratch_;
+};
 
 class GlooBackend : public Communicator {
  public:
@@ -82,6 +260,8 @@ class GlooBackend : public Communicator {
     if (size_ > 1) {
       StoreAdapter store(*options.store, options.key_prefix);
       context->connectFullMesh(store, device_);
+      sync_ = std::make_unique<SyncMesh>(rank_, size_, timeout_, *options.store, options.key_prefix + "sync/", device_,
+                                         options.busy_poll);
     } else {
       horovod::MemoryStore memory;
       StoreAdapter store(memory, options.key_prefix);
@@ -93,57 +273,12 @@ class GlooBackend : public Communicator {
   const char* name() const override { return "gloo"; }
 
   std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) override {
-    // Sizes first (fixed-size gather), then each non-root rank's bytes point-to-point to root.
-    int64_t mine = static_cast<int64_t>(data.size());
-    std::vector<int64_t> sizes(size_);
-    gloo::GatherOptions opts(context_);
-    opts.setInput(&mine, 1);
-    if (rank_ == root) opts.setOutput(sizes.data(), sizes.size());
-    opts.setRoot(root);
-    opts.setTimeout(timeout_);
-    gloo::gather(opts);
-
-    std::vector<std::vector<char>> result;
-    auto slot = gloo::Slot::build(kControlSlotPrefix, 0);
-    if (rank_ != root) {
-      if (!data.empty()) {
-        auto buffer = context_->createUnboundBuffer(const_cast<char*>(data.data()), data.size());
-        buffer->send(root, slot);
-        if (!buffer->waitSend(timeout_)) throw std::runtime_error("timed out sending control message");
-      }
-      return result;
-    }
-    result.resize(size_);
-    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;
-    for (int r = 0; r < size_; ++r) {
-      if (r == root) {
-        result[r] = data;
-        continue;
-      }
-      result[r].resize(sizes[r]);
-      if (sizes[r] == 0) continue;
-      buffers.push_back(context_->createUnboundBuffer(result[r].data(), result[r].size()));
-      buffers.back()->recv(r, slot);
-    }
-    for (auto& buffer : buffers) {
-      if (!buffer->waitRecv(timeout_)) throw std::runtime_error("timed out receiving control message");
-    }
-    return result;
+    if (size_ == 1) return {data};
+    return sync_->Gatherv(data, root);
   }
 
-  // One allgather of the fixed-size vectors, then the AND locally: a single Gloo collective,
-  // where the default (gather to rank 0, broadcast) takes four.
   void AllreduceBitsAnd(std::vector<uint64_t>& words) override {
-    if (size_ == 1 || words.empty()) return;
-    std::vector<uint64_t> all(words.size() * size_);
-    gloo::AllgatherOptions opts(context_);
-    opts.setInput(words.data(), words.size());
-    opts.setOutput(all.data(), all.size());
-    opts.setTimeout(timeout_);
-    gloo::allgather(opts);
-    for (int r = 0; r < size_; ++r) {
-      for (size_t i = 0; i < words.size(); ++i) words[i] &= all[r * words.size() + i];
-    }
+    if (size_ > 1) sync_->AllreduceBitsAnd(words);
   }
 
   void BroadcastBytes(std::vector<char>& data, int root) override {
@@ -244,51 +379,17 @@ class GlooBackend : public Communicator {
 
  private:
   void AllreduceRaw(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
-    if (size_ == 1 || count == 0) return;
-    const size_t bytes = static_cast<size_t>(count) * DataTypeSize(dtype);
-    if (bytes * (size_ - 1) <= kSmallAllreduceBytes) {
-      SmallAllreduce(buffer, count, bytes, dtype, op);
-      return;
-    }
-    gloo::AllreduceOptions opts(context_);
-    opts.setTimeout(timeout_);
-    opts.setMaxSegmentSize(kSegmentBytes);
-    switch (DataTypeSize(dtype)) {
-      case 1: SetReduce(opts, static_cast<uint8_t*>(buffer), count, dtype, op); break;
-      case 2: SetReduce(opts, static_cast<uint16_t*>(buffer), count, dtype, op); break;
-      case 4: SetReduce(opts, static_cast<uint32_t*>(buffer), count, dtype, op); break;
-      default: SetReduce(opts, static_cast<uint64_t*>(buffer), count, dtype, op); break;
-    }
-    gloo::allreduce(opts);
+    if (size_ > 1 && count > 0) sync_->Allreduce(buffer, count, dtype, op);
   }
 
   void BroadcastRaw(void* buffer, int64_t num_bytes, int root) {
-    if (size_ == 1 || num_bytes == 0) return;
-    gloo::BroadcastOptions opts(context_);
-    opts.setTimeout(timeout_);
-    opts.setOutput(static_cast<char*>(buffer), static_cast<size_t>(num_bytes));
-    opts.setRoot(root);
-    gloo::broadcast(opts);
-  }
-
-  // Gather to rank 0, reduce there in rank order, broadcast the result.
-  void SmallAllreduce(void* buffer, int64_t count, size_t bytes, DataType dtype, ReduceOp op) {
-    std::vector<char> all(rank_ == 0 ? bytes * size_ : 0);
-    gloo::GatherOptions gather(context_);
-    gather.setInput(static_cast<char*>(buffer), bytes);
-    if (rank_ == 0) gather.setOutput(all.data(), all.size());
-    gather.setRoot(0);
-    gather.setTimeout(timeout_);
-    gloo::gather(gather);
-    if (rank_ == 0) {
-      for (int r = 1; r < size_; ++r) Reduce(buffer, buffer, all.data() + r * bytes, count, dtype, op);
-    }
-    BroadcastRaw(buffer, static_cast<int64_t>(bytes), 0);
+    if (size_ > 1 && num_bytes > 0) sync_->Broadcast(buffer, num_bytes, root);
   }
 
   std::chrono::milliseconds timeout_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
+  std::unique_ptr<SyncMesh> sync_;  // null when size_ == 1
 };
 
 const bool kRegistered = BackendRegistry::Register(
