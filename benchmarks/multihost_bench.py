@@ -12,7 +12,8 @@ service (horovod.runner's RendezvousServer) on its address on HOROVOD_GLOO_IFACE
 takes the variables horovodrun --gloo would give it (horovod.runner.gloo_run's functions; hosts by
 host name, in rank order). Under ``horovodrun --gloo`` the program runs too, without the mpi4py
 column. Each Horovod configuration of --horovod (gloo, gloo-hierarchical, mpi, mpi-hierarchical:
-the backend, and HOROVOD_HIERARCHICAL_ALLREDUCE) is initialised for each of its measurements and
+the backend, and HOROVOD_HIERARCHICAL_ALLREDUCE; a Gloo one with :poll or :sleep sets
+HOROVOD_GLOO_BUSY_POLL to 1 or 0) is initialised for each of its measurements and
 shut down after it, so the configurations and the other libraries take turns at every size;
 engine_stats confirms that each ran the path it names. torch.distributed joins its group at rank
 0's address on HOROVOD_GLOO_IFACE.
@@ -87,17 +88,24 @@ def host_rendezvous(comm, iface: str):
 
 
 class HorovodConfig(Horovod):
-    """allreduce_bench's Horovod in one configuration ("gloo", "mpi", "-hierarchical" added),
+    """allreduce_bench's Horovod in one configuration ("gloo", "mpi", "-hierarchical" added, and
+    for Gloo ":poll" or ":sleep" to set HOROVOD_GLOO_BUSY_POLL instead of leaving it to "auto"),
     initialised for each measurement."""
 
+    POLLING = {"": ("auto", ""), "poll": ("1", ", polling"), "sleep": ("0", ", sleeping")}
+
     def __init__(self, config: str):
-        backend, _, hierarchical = config.partition("-")
-        if backend not in ("gloo", "mpi") or hierarchical not in ("", "hierarchical"):
+        layout, _, polling = config.partition(":")
+        backend, _, hierarchical = layout.partition("-")
+        if (backend not in ("gloo", "mpi") or hierarchical not in ("", "hierarchical") or polling not in self.POLLING
+                or (polling and backend != "gloo")):
             raise ValueError(f"unknown Horovod configuration {config!r}")
+        busy_poll, self.suffix = self.POLLING[polling]
         self.backend, self.hierarchical = backend, bool(hierarchical)
-        self.name = f"horovod {backend} {'hierarchical' if hierarchical else 'flat'}"
+        self.name = f"horovod {backend} {'hierarchical' if hierarchical else 'flat'}{self.suffix}"
         self.env = {"HOROVOD_CONTROLLER": backend, "HOROVOD_CPU_OPERATIONS": backend,
-                    "HOROVOD_HIERARCHICAL_ALLREDUCE": "1" if hierarchical else "0"}
+                    "HOROVOD_HIERARCHICAL_ALLREDUCE": "1" if hierarchical else "0",
+                    "HOROVOD_GLOO_BUSY_POLL": busy_poll}
 
     @contextlib.contextmanager
     def session(self):
@@ -171,7 +179,7 @@ def goals(sweep: list[dict], libs: list) -> list[dict]:
         if isinstance(lib, HorovodConfig) and not lib.hierarchical:
             pairs += [(lib.name, other.name, 1.0) for other in libs if not isinstance(other, HorovodConfig)]
         elif isinstance(lib, HorovodConfig):
-            flat = f"horovod {lib.backend} flat"
+            flat = f"horovod {lib.backend} flat{lib.suffix}"
             if flat in names:
                 pairs.append((lib.name, flat, HIERARCHICAL_GOAL))
     busbw = {(r["library"], r["size"]): r["busbw_GBps"] for r in sweep}
@@ -255,7 +263,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     report.add_arguments(parser)
     parser.add_argument("--horovod", default="gloo,gloo-hierarchical",
-                        help="Horovod configurations, comma-separated: gloo, gloo-hierarchical, mpi, mpi-hierarchical")
+                        help="Horovod configurations, comma-separated: gloo, gloo-hierarchical, mpi, mpi-hierarchical; "
+                        "a Gloo one may end in :poll or :sleep (HOROVOD_GLOO_BUSY_POLL=1 or 0 instead of auto)")
     parser.add_argument("--iface", default=os.environ.get("HOROVOD_GLOO_IFACE"),
                         help="the hosts' network interface (default: HOROVOD_GLOO_IFACE)")
     parser.add_argument("--label", default="run", help="the run's name in --json and --markdown")

@@ -137,6 +137,59 @@ TEST_P(Backends, SplitMakesASubCommunicator) {
   });
 }
 
+// Gloo's synchronous mesh (gloo_backend.cc), sleeping and polling: messages of several 128 KiB
+// pieces, and allreduces on both sides of its one-step limit (32 KiB) and over several rounds,
+// whose results must be the same bits on every rank: the reduction in rank order, left to right.
+class GlooSyncMesh : public ::testing::TestWithParam<std::tuple<bool, int>> {};
+
+TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
+  const bool busy_poll = std::get<0>(GetParam());
+  const int n = std::get<1>(GetParam());
+  auto store = std::make_shared<MemoryStore>();
+  auto value = [](int rank, int64_t i) { return 1.0f / static_cast<float>(3 + (i * 7 + rank * 13) % 101); };
+  testing::RunRanks(n, [&](int rank) {
+    BackendOptions options = testing::LoopbackOptions(rank, n, store.get(), "sync/");
+    options.busy_poll = busy_poll;
+    std::unique_ptr<Communicator> backend = BackendRegistry::Create("gloo", options);
+    for (int64_t count : {int64_t{1}, int64_t{8192}, int64_t{8193}, int64_t{32768 * 3 + 5}, int64_t{300001}}) {
+      std::vector<float> data(count);
+      for (int64_t i = 0; i < count; ++i) data[i] = value(rank, i);
+      backend->Allreduce({data.data(), count, DataType::FLOAT32, ReduceOp::SUM});
+      for (int64_t i = 0; i < count; ++i) {
+        float expected = value(0, i);
+        for (int r = 1; r < n; ++r) expected += value(r, i);
+        ASSERT_EQ(std::memcmp(&data[i], &expected, sizeof(float)), 0)
+            << count << " elements, element " << i << ": " << data[i] << " != " << expected;
+      }
+    }
+    const int root = n - 1;
+    std::vector<char> mine(300000 + rank, static_cast<char>('a' + rank));
+    auto gathered = backend->Gatherv(mine, root);
+    if (rank == root) {
+      for (int r = 0; r < n; ++r) ASSERT_EQ(gathered[r], std::vector<char>(300000 + r, static_cast<char>('a' + r)));
+    }
+    std::vector<char> bytes;
+    if (rank == root) bytes.assign(400000, 'z');
+    backend->BroadcastBytes(bytes, root);
+    ASSERT_EQ(bytes, std::vector<char>(400000, 'z'));
+    std::vector<uint64_t> words(40000, ~uint64_t{0});
+    words[rank * 17000 % 40000] = 0;
+    backend->AllreduceBitsAnd(words);
+    for (size_t w = 0; w < words.size(); ++w) {
+      bool cleared = false;
+      for (int r = 0; r < n; ++r) cleared |= static_cast<size_t>(r * 17000 % 40000) == w;
+      ASSERT_EQ(words[w], cleared ? 0 : ~uint64_t{0}) << "word " << w;
+    }
+    backend->Barrier();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Polling, GlooSyncMesh, ::testing::Combine(::testing::Bool(), ::testing::Values(2, 3, 4)),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, int>>& info) {
+                           return std::string(std::get<0>(info.param) ? "busy" : "sleep") + "_np" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
 INSTANTIATE_TEST_SUITE_P(Transports, Backends, ::testing::Combine(::testing::Bool(), ::testing::Values(2, 3, 4)),
                          [](const ::testing::TestParamInfo<std::tuple<bool, int>>& info) {
                            return std::string(std::get<0>(info.param) ? "shm" : "gloo") + "_np" +

@@ -79,12 +79,16 @@ class SyncMesh {
     for (int r = 0; r < size; ++r) {
       if (r == rank) continue;
       auto& pair = context->getPair(r);
+      // Synchronous before the buffer exists: a peer that is done building the mesh may already
+      // be sending, and Gloo's event loop leaves a message for an unregistered buffer in the
+      // socket, where this thread will read it; once registered, the loop would read it, and the
+      // next, into the one staging buffer.
+      pair->setSync(true, busy_poll);
       Peer& peer = peers_[r];
       peer.out.resize(kSyncChunkBytes);
       peer.in.resize(kSyncChunkBytes);
       peer.send = pair->createSendBuffer(kSyncSlot, peer.out.data(), kSyncChunkBytes);
       peer.recv = pair->createRecvBuffer(kSyncSlot, peer.in.data(), kSyncChunkBytes);
-      pair->setSync(true, busy_poll);
     }
     context_ = std::move(context);
   }
