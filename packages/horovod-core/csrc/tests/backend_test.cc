@@ -138,8 +138,9 @@ TEST_P(Backends, SplitMakesASubCommunicator) {
 }
 
 // Gloo's synchronous mesh (gloo_backend.cc), sleeping and polling: messages of several 128 KiB
-// pieces, and allreduces on both sides of its one-step limit (32 KiB) and over several rounds,
-// whose results must be the same bits on every rank: the reduction in rank order, left to right.
+// pieces, and allreduces on both sides of its one-step limit (32 KiB), over several rounds, and
+// (at three and four ranks) the ring: every rank ends with the same bits, which are those of the
+// reduction in rank order, left to right, except in the ring.
 class GlooSyncMesh : public ::testing::TestWithParam<std::tuple<bool, int>> {};
 
 TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
@@ -147,20 +148,29 @@ TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
   const int n = std::get<1>(GetParam());
   auto store = std::make_shared<MemoryStore>();
   auto value = [](int rank, int64_t i) { return 1.0f / static_cast<float>(3 + (i * 7 + rank * 13) % 101); };
+  const std::vector<int64_t> counts{1, 8192, 8193, 32768 * 3 + 5, 300001};
+  const int64_t one_round = 32768 * n;  // 128 KiB of float32 per rank
+  std::vector<std::vector<std::vector<float>>> results(n);
   testing::RunRanks(n, [&](int rank) {
     BackendOptions options = testing::LoopbackOptions(rank, n, store.get(), "sync/");
     options.busy_poll = busy_poll;
     std::unique_ptr<Communicator> backend = BackendRegistry::Create("gloo", options);
-    for (int64_t count : {int64_t{1}, int64_t{8192}, int64_t{8193}, int64_t{32768 * 3 + 5}, int64_t{300001}}) {
+    for (int64_t count : counts) {
       std::vector<float> data(count);
       for (int64_t i = 0; i < count; ++i) data[i] = value(rank, i);
       backend->Allreduce({data.data(), count, DataType::FLOAT32, ReduceOp::SUM});
+      const bool ring = n > 2 && count > one_round;
       for (int64_t i = 0; i < count; ++i) {
         float expected = value(0, i);
         for (int r = 1; r < n; ++r) expected += value(r, i);
-        ASSERT_EQ(std::memcmp(&data[i], &expected, sizeof(float)), 0)
-            << count << " elements, element " << i << ": " << data[i] << " != " << expected;
+        if (ring) {
+          ASSERT_NEAR(data[i], expected, 1e-6f * expected) << count << " elements, element " << i;
+        } else {
+          ASSERT_EQ(std::memcmp(&data[i], &expected, sizeof(float)), 0)
+              << count << " elements, element " << i << ": " << data[i] << " != " << expected;
+        }
       }
+      results[rank].push_back(std::move(data));
     }
     const int root = n - 1;
     std::vector<char> mine(300000 + rank, static_cast<char>('a' + rank));
@@ -182,6 +192,13 @@ TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
     }
     backend->Barrier();
   });
+  for (int rank = 1; rank < n; ++rank) {
+    for (size_t c = 0; c < counts.size(); ++c) {
+      ASSERT_EQ(results[rank][c].size(), results[0][c].size());
+      EXPECT_EQ(std::memcmp(results[rank][c].data(), results[0][c].data(), results[0][c].size() * sizeof(float)), 0)
+          << "rank " << rank << " and rank 0 differ after an allreduce of " << counts[c] << " elements";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Polling, GlooSyncMesh, ::testing::Combine(::testing::Bool(), ::testing::Values(2, 3, 4)),

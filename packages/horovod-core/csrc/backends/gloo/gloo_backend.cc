@@ -94,11 +94,11 @@ class SyncMesh {
   }
 
   // In-place allreduce of `count` elements, in rounds of at most kSyncChunkBytes per message.
-  // Every rank reduces the ranks' data in rank order, so all end with the same bits whatever the
-  // reduction's rounding. With two ranks, or one round's worth of data, each rank sends its data to
-  // every other and reduces all of it (one step, and at two ranks no more bytes than any other
-  // scheme); otherwise rank j receives block j of every rank, reduces it and sends it back (two
-  // steps, 2 (n - 1) / n of the data sent per rank).
+  // Up to kSyncExchangeBytes each rank sends its data to every other and reduces all of it (one
+  // step); otherwise rank j receives block j of every rank, reduces it and sends it back (two
+  // steps, 2 (n - 1) / n of the data sent per rank), or, with more than two ranks and more than
+  // one round of data, the ring below. The first two reduce in rank order, the same bits as the
+  // shared-memory transport; all three leave the same bits on every rank.
   void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
     const int64_t item = DataTypeSize(dtype);
     const int64_t chunk = static_cast<int64_t>(kSyncChunkBytes) / item;
@@ -115,6 +115,10 @@ class SyncMesh {
       return;
     }
     const int64_t span = chunk * size_;
+    if (size_ > 2 && count > span) {
+      RingAllreduce(data, count, dtype, op);
+      return;
+    }
     for (int64_t start = 0; start < count; start += span) {
       const int64_t n = std::min(span, count - start);
       auto lo = [&](int block) { return start + n * block / size_; };
@@ -131,6 +135,39 @@ class SyncMesh {
       }
       for (int r = 0; r < size_; ++r) {
         if (r != rank_ && lo(r + 1) > lo(r)) std::memcpy(data + lo(r) * item, Recv(r), (lo(r + 1) - lo(r)) * item);
+      }
+    }
+  }
+
+  // The ring allreduce (reduce-scatter, then allgather, each in size - 1 steps to the next rank),
+  // in rounds of size × kSyncChunkBytes. It sends as many bytes per rank as the two-step scheme,
+  // but only to the next rank: where ranks are numbered host by host, all but one of each host's
+  // messages stay on the host, where the two-step scheme sends (size - local size) / size of them
+  // across. Block b is reduced along the ring from rank b + 1 to rank b, so every rank ends with
+  // the same bits, though not those of a reduction in rank order. A rank can be at most size - 1
+  // steps ahead of the next one, and never all ranks ahead of their next ones at once, so the ring
+  // cannot close into writers that all wait on full sockets.
+  void RingAllreduce(char* data, int64_t count, DataType dtype, ReduceOp op) {
+    const int64_t item = DataTypeSize(dtype);
+    const int64_t span = static_cast<int64_t>(kSyncChunkBytes) / item * size_;
+    const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
+    auto wrap = [&](int block) { return ((block % size_) + size_) % size_; };
+    for (int64_t start = 0; start < count; start += span) {
+      const int64_t n = std::min(span, count - start);
+      auto lo = [&](int block) { return start + n * block / size_; };
+      auto len = [&](int block) { return lo(block + 1) - lo(block); };
+      for (int step = 0; step < size_ - 1; ++step) {
+        const int out = wrap(rank_ - step), in = wrap(rank_ - step - 1);
+        if (len(out) > 0) Send(right, data + lo(out) * item, len(out) * item);
+        if (len(in) > 0) {
+          char* mine = data + lo(in) * item;
+          Reduce(mine, Recv(left), mine, len(in), dtype, op);
+        }
+      }
+      for (int step = 0; step < size_ - 1; ++step) {
+        const int out = wrap(rank_ + 1 - step), in = wrap(rank_ - step);
+        if (len(out) > 0) Send(right, data + lo(out) * item, len(out) * item);
+        if (len(in) > 0) std::memcpy(data + lo(in) * item, Recv(left), len(in) * item);
       }
     }
   }
