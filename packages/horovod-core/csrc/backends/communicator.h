@@ -43,8 +43,10 @@ struct BackendOptions {
   std::string iface;           // network interface for the data transport ("" = by hostname)
   std::string hostname;        // address to listen on when no interface is given
   std::chrono::milliseconds timeout{30000};
-  // Gloo only: the calling thread polls the sockets of the small collectives without sleeping.
+  // Gloo only, how a rank waits for a peer's message: polling the socket the whole time
+  // (busy_poll), or polling for up to `spin` and then sleeping until the data arrives.
   bool busy_poll = false;
+  std::chrono::microseconds spin{0};
   // MPI only: an mpi4py communicator handle to use instead of MPI_COMM_WORLD (0: none), or the
   // ranks of MPI_COMM_WORLD to restrict Horovod to (empty: all), and whether to initialise MPI
   // without thread support (HOROVOD_MPI_THREADS_DISABLE).

@@ -83,8 +83,8 @@ const std::vector<Knob>& Knobs() {
       {"HOROVOD_GLOO_TIMEOUT_SECONDS", "30", "rendezvous and collective I/O timeout, seconds",
        DOUBLE_KNOB("HOROVOD_GLOO_TIMEOUT_SECONDS", gloo_timeout_seconds, 0.001)},
       {"HOROVOD_GLOO_BUSY_POLL", "auto",
-       "Gloo's small collectives poll their sockets instead of sleeping until data arrives: 1, 0, or auto (1 when "
-       "this host has more than twice as many CPUs as ranks)",
+       "how Gloo's collectives wait for a peer's message: 1 polls the socket, 0 sleeps until data arrives, auto "
+       "polls for up to 50 microseconds first when this host has a CPU per rank",
        [](Config& c, const std::string& v) { c.gloo_busy_poll = OneOf("HOROVOD_GLOO_BUSY_POLL", v, {"auto", "0", "1"}); }},
       // Empty, the documented default, means unset: the backend is chosen as engine.h says.
       {"HOROVOD_CONTROLLER", "", "negotiation transport: gloo or mpi",

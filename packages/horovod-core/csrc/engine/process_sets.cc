@@ -10,6 +10,11 @@
 
 namespace horovod {
 
+namespace {
+// How long HOROVOD_GLOO_BUSY_POLL=auto polls before sleeping.
+constexpr std::chrono::microseconds kGlooSpin{50};
+}  // namespace
+
 BackendOptions CommunicatorOptions(const Config& config, Store* store, const std::string& key_prefix) {
   BackendOptions options;
   options.rank = config.rank;
@@ -19,13 +24,14 @@ BackendOptions CommunicatorOptions(const Config& config, Store* store, const std
   options.iface = config.gloo_iface;
   options.hostname = config.local_size == config.size ? "127.0.0.1" : config.hostname;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.gloo_timeout_seconds * 1000));
+  options.busy_poll = config.gloo_busy_poll == "1";
   if (config.gloo_busy_poll == "auto") {
-    // Polling takes a core per rank while it waits; only where the host has cores to spare.
+    // A short poll catches a peer that is about to send (most messages of a collective whose ranks
+    // arrived together) without the wake-up of a sleeping thread; it only costs where every rank
+    // of the host has a core to itself, as in the shared-memory transport.
     cpu_set_t cpus;
     const int available = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    options.busy_poll = available > 2 * config.local_size;
-  } else {
-    options.busy_poll = config.gloo_busy_poll == "1";
+    if (available >= config.local_size) options.spin = kGlooSpin;
   }
   return options;
 }

@@ -10,8 +10,14 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/buffer.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/address.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -66,11 +72,48 @@ class StoreAdapter : public gloo::rendezvous::Store {
 // a step before it has read every peer's message of the one before, which each peer sent only after
 // reading all of the step before that: so at most two messages of a rank are unread by a peer at
 // any time, and the two sockets' kernel buffers hold them without a writer blocking.
+// The descriptor of the socket that Gloo connected for `pair` (which Gloo does not expose): the
+// one of this process's sockets whose local address is the pair's. -1 when none matches.
+int SocketOf(const gloo::transport::Pair& pair) {
+  const auto* address = dynamic_cast<const gloo::transport::tcp::Address*>(&pair.address());
+  if (address == nullptr) return -1;
+  const sockaddr_storage& want = address->getSockaddr();
+  auto same = [&](const sockaddr_storage& got) {
+    if (got.ss_family != want.ss_family) return false;
+    if (want.ss_family == AF_INET) {
+      const auto& a = reinterpret_cast<const sockaddr_in&>(got);
+      const auto& b = reinterpret_cast<const sockaddr_in&>(want);
+      return a.sin_port == b.sin_port && a.sin_addr.s_addr == b.sin_addr.s_addr;
+    }
+    if (want.ss_family == AF_INET6) {
+      const auto& a = reinterpret_cast<const sockaddr_in6&>(got);
+      const auto& b = reinterpret_cast<const sockaddr_in6&>(want);
+      return a.sin6_port == b.sin6_port && std::memcmp(&a.sin6_addr, &b.sin6_addr, sizeof(a.sin6_addr)) == 0;
+    }
+    return false;
+  };
+  int found = -1;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    const int fd = std::atoi(entry->d_name);
+    sockaddr_storage got{};
+    socklen_t length = sizeof(got);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &length) == 0 && same(got)) {
+      found = fd;
+      break;
+    }
+  }
+  ::closedir(dir);
+  return found;
+}
+
 class SyncMesh {
  public:
   SyncMesh(int rank, int size, std::chrono::milliseconds timeout, horovod::Store& store, const std::string& prefix,
-           std::shared_ptr<gloo::transport::Device> device, bool busy_poll)
-      : rank_(rank), size_(size), scratch_(kSyncChunkBytes) {
+           std::shared_ptr<gloo::transport::Device> device, bool busy_poll, std::chrono::microseconds spin)
+      : rank_(rank), size_(size), spin_(busy_poll ? std::chrono::microseconds(0) : spin), scratch_(kSyncChunkBytes) {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(timeout);
     StoreAdapter adapter(store, prefix);
@@ -89,6 +132,7 @@ class SyncMesh {
       peer.in.resize(kSyncChunkBytes);
       peer.send = pair->createSendBuffer(kSyncSlot, peer.out.data(), kSyncChunkBytes);
       peer.recv = pair->createRecvBuffer(kSyncSlot, peer.in.data(), kSyncChunkBytes);
+      if (spin_.count() > 0) peer.fd = SocketOf(*pair);
     }
     context_ = std::move(context);
   }
@@ -242,7 +286,10 @@ class SyncMesh {
   struct Peer {
     std::vector<char> out, in;
     std::unique_ptr<gloo::transport::Buffer> send, recv;
+    int fd = -1;  // the pair's socket, only to poll it
   };
+
+
 
   // `mine` (n elements) becomes x_0 op x_1 op ... op x_(size-1), evaluated left to right, where
   // x_rank_ is `mine` and every other x_r is the next message from rank r.
@@ -270,11 +317,19 @@ class SyncMesh {
   // The peer's next message, valid until the next Recv from that peer.
   const char* Recv(int peer) {
     Peer& p = peers_[peer];
+    if (p.fd >= 0) {
+      // Poll the socket for a while; Gloo's read below then sleeps in the kernel if nothing came.
+      const auto deadline = std::chrono::steady_clock::now() + spin_;
+      pollfd ready{p.fd, POLLIN, 0};
+      while (::poll(&ready, 1, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+      }
+    }
     p.recv->waitRecv();
     return p.in.data();
   }
 
   int rank_, size_;
+  std::chrono::microseconds spin_;
   std::shared_ptr<gloo::Context> context_;  // declared before peers_: their buffers go first
   std::vector<Peer> peers_;
   std::vector<char> scratch_;
@@ -302,7 +357,7 @@ class GlooBackend : public Communicator {
       StoreAdapter store(*options.store, options.key_prefix);
       context->connectFullMesh(store, device_);
       sync_ = std::make_unique<SyncMesh>(rank_, size_, timeout_, *options.store, options.key_prefix + "sync/", device_,
-                                         options.busy_poll);
+                                         options.busy_poll, options.spin);
     } else {
       horovod::MemoryStore memory;
       StoreAdapter store(memory, options.key_prefix);
