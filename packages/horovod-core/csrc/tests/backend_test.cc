@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "test_support.h"
 
@@ -137,14 +138,15 @@ TEST_P(Backends, SplitMakesASubCommunicator) {
   });
 }
 
-// Gloo's synchronous mesh (gloo_backend.cc), sleeping and polling: messages of several 128 KiB
+// Gloo's synchronous mesh (gloo_backend.cc), sleeping, polling for 50 us first, and polling:
+// messages of several 128 KiB
 // pieces, and allreduces on both sides of its one-step limit (32 KiB), over several rounds, and
 // (at three and four ranks) the ring: every rank ends with the same bits, which are those of the
 // reduction in rank order, left to right, except in the ring.
-class GlooSyncMesh : public ::testing::TestWithParam<std::tuple<bool, int>> {};
+class GlooSyncMesh : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
-  const bool busy_poll = std::get<0>(GetParam());
+  const std::string waiting = std::get<0>(GetParam());
   const int n = std::get<1>(GetParam());
   auto store = std::make_shared<MemoryStore>();
   auto value = [](int rank, int64_t i) { return 1.0f / static_cast<float>(3 + (i * 7 + rank * 13) % 101); };
@@ -153,7 +155,8 @@ TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
   std::vector<std::vector<std::vector<float>>> results(n);
   testing::RunRanks(n, [&](int rank) {
     BackendOptions options = testing::LoopbackOptions(rank, n, store.get(), "sync/");
-    options.busy_poll = busy_poll;
+    options.busy_poll = waiting == "busy";
+    if (waiting == "spin") options.spin = std::chrono::microseconds(50);
     std::unique_ptr<Communicator> backend = BackendRegistry::Create("gloo", options);
     for (int64_t count : counts) {
       std::vector<float> data(count);
@@ -201,10 +204,10 @@ TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Polling, GlooSyncMesh, ::testing::Combine(::testing::Bool(), ::testing::Values(2, 3, 4)),
-                         [](const ::testing::TestParamInfo<std::tuple<bool, int>>& info) {
-                           return std::string(std::get<0>(info.param) ? "busy" : "sleep") + "_np" +
-                                  std::to_string(std::get<1>(info.param));
+INSTANTIATE_TEST_SUITE_P(Polling, GlooSyncMesh,
+                         ::testing::Combine(::testing::Values("sleep", "spin", "busy"), ::testing::Values(2, 3, 4)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+                           return std::get<0>(info.param) + "_np" + std::to_string(std::get<1>(info.param));
                          });
 
 INSTANTIATE_TEST_SUITE_P(Transports, Backends, ::testing::Combine(::testing::Bool(), ::testing::Values(2, 3, 4)),

@@ -9,8 +9,8 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/buffer.h>
-#include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -19,7 +19,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <stdexcept>
+#include <string>
 
 #include "backends/communicator.h"
 #include "engine/reduction.h"
@@ -58,6 +60,40 @@ class StoreAdapter : public gloo::rendezvous::Store {
   std::string prefix_;
 };
 
+// An IPv4 or IPv6 socket address as a key: family, port and address bytes ("" for others).
+std::string AddressKey(const sockaddr_storage& address) {
+  if (address.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(address);
+    return std::string("4") + std::string(reinterpret_cast<const char*>(&in.sin_port), sizeof(in.sin_port)) +
+           std::string(reinterpret_cast<const char*>(&in.sin_addr), sizeof(in.sin_addr));
+  }
+  if (address.ss_family == AF_INET6) {
+    const auto& in = reinterpret_cast<const sockaddr_in6&>(address);
+    return std::string("6") + std::string(reinterpret_cast<const char*>(&in.sin6_port), sizeof(in.sin6_port)) +
+           std::string(reinterpret_cast<const char*>(&in.sin6_addr), sizeof(in.sin6_addr));
+  }
+  return "";
+}
+
+// This process's sockets by local address (AddressKey), from /proc/self/fd: Gloo does not expose
+// the socket of a pair, whose local address it does expose.
+std::map<std::string, int> SocketsByAddress() {
+  std::map<std::string, int> sockets;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return sockets;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    const int fd = std::atoi(entry->d_name);
+    sockaddr_storage address{};
+    socklen_t length = sizeof(address);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) continue;
+    std::string key = AddressKey(address);
+    if (!key.empty()) sockets.emplace(std::move(key), fd);
+  }
+  ::closedir(dir);
+  return sockets;
+}
+
 // A second full mesh of TCP connections whose pairs Gloo runs in synchronous mode: the calling
 // thread writes and reads the sockets itself, instead of handing each message to Gloo's event
 // loop thread and waiting for it to wake the caller, and a message goes out at once into a buffer
@@ -72,43 +108,6 @@ class StoreAdapter : public gloo::rendezvous::Store {
 // a step before it has read every peer's message of the one before, which each peer sent only after
 // reading all of the step before that: so at most two messages of a rank are unread by a peer at
 // any time, and the two sockets' kernel buffers hold them without a writer blocking.
-// The descriptor of the socket that Gloo connected for `pair` (which Gloo does not expose): the
-// one of this process's sockets whose local address is the pair's. -1 when none matches.
-int SocketOf(const gloo::transport::Pair& pair) {
-  const auto* address = dynamic_cast<const gloo::transport::tcp::Address*>(&pair.address());
-  if (address == nullptr) return -1;
-  const sockaddr_storage& want = address->getSockaddr();
-  auto same = [&](const sockaddr_storage& got) {
-    if (got.ss_family != want.ss_family) return false;
-    if (want.ss_family == AF_INET) {
-      const auto& a = reinterpret_cast<const sockaddr_in&>(got);
-      const auto& b = reinterpret_cast<const sockaddr_in&>(want);
-      return a.sin_port == b.sin_port && a.sin_addr.s_addr == b.sin_addr.s_addr;
-    }
-    if (want.ss_family == AF_INET6) {
-      const auto& a = reinterpret_cast<const sockaddr_in6&>(got);
-      const auto& b = reinterpret_cast<const sockaddr_in6&>(want);
-      return a.sin6_port == b.sin6_port && std::memcmp(&a.sin6_addr, &b.sin6_addr, sizeof(a.sin6_addr)) == 0;
-    }
-    return false;
-  };
-  int found = -1;
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  while (const dirent* entry = ::readdir(dir)) {
-    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    const int fd = std::atoi(entry->d_name);
-    sockaddr_storage got{};
-    socklen_t length = sizeof(got);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &length) == 0 && same(got)) {
-      found = fd;
-      break;
-    }
-  }
-  ::closedir(dir);
-  return found;
-}
-
 class SyncMesh {
  public:
   SyncMesh(int rank, int size, std::chrono::milliseconds timeout, horovod::Store& store, const std::string& prefix,
@@ -119,6 +118,8 @@ class SyncMesh {
     StoreAdapter adapter(store, prefix);
     context->connectFullMesh(adapter, device);
     peers_.resize(size);
+    std::map<std::string, int> sockets;
+    if (spin_.count() > 0) sockets = SocketsByAddress();
     for (int r = 0; r < size; ++r) {
       if (r == rank) continue;
       auto& pair = context->getPair(r);
@@ -132,7 +133,10 @@ class SyncMesh {
       peer.in.resize(kSyncChunkBytes);
       peer.send = pair->createSendBuffer(kSyncSlot, peer.out.data(), kSyncChunkBytes);
       peer.recv = pair->createRecvBuffer(kSyncSlot, peer.in.data(), kSyncChunkBytes);
-      if (spin_.count() > 0) peer.fd = SocketOf(*pair);
+      // The pair's socket, to poll; none found (or no polling): this peer's waits sleep at once.
+      const auto* address = dynamic_cast<const gloo::transport::tcp::Address*>(&pair->address());
+      auto socket = address ? sockets.find(AddressKey(address->getSockaddr())) : sockets.end();
+      if (socket != sockets.end()) peer.fd = socket->second;
     }
     context_ = std::move(context);
   }
@@ -288,8 +292,6 @@ class SyncMesh {
     std::unique_ptr<gloo::transport::Buffer> send, recv;
     int fd = -1;  // the pair's socket, only to poll it
   };
-
-
 
   // `mine` (n elements) becomes x_0 op x_1 op ... op x_(size-1), evaluated left to right, where
   // x_rank_ is `mine` and every other x_r is the next message from rank r.
