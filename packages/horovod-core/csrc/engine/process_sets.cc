@@ -27,8 +27,9 @@ BackendOptions CommunicatorOptions(const Config& config, Store* store, const std
   options.busy_poll = config.gloo_busy_poll == "1";
   if (config.gloo_busy_poll == "auto") {
     // A short poll catches a peer that is about to send (most messages of a collective whose ranks
-    // arrived together) without the wake-up of a sleeping thread; it only costs where every rank
-    // of the host has a core to itself, as in the shared-memory transport.
+    // arrived together) without the wake-up of a sleeping thread. Only where every rank of the
+    // host has a core to itself (as in the shared-memory transport): elsewhere the polling rank
+    // would take the core of the rank it waits for.
     cpu_set_t cpus;
     const int available = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     if (available >= config.local_size) options.spin = kGlooSpin;
