@@ -151,15 +151,12 @@ class SyncMesh {
     const int64_t item = DataTypeSize(dtype);
     const int64_t chunk = static_cast<int64_t>(kSyncChunkBytes) / item;
     char* data = static_cast<char*>(buffer);
+    static_assert(kSyncExchangeBytes <= kSyncChunkBytes, "the one-step allreduce sends a single message");
     if (count * item <= static_cast<int64_t>(kSyncExchangeBytes)) {
-      for (int64_t start = 0; start < count; start += chunk) {
-        const int64_t n = std::min(chunk, count - start);
-        char* mine = data + start * item;
-        for (int r = 0; r < size_; ++r) {
-          if (r != rank_) Send(r, mine, n * item);
-        }
-        ReduceInRankOrder(mine, n, dtype, op);
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_) Send(r, data, count * item);
       }
+      ReduceInRankOrder(data, count, dtype, op);
       return;
     }
     const int64_t span = chunk * size_;
@@ -236,40 +233,27 @@ class SyncMesh {
     }
   }
 
-  // Each rank's bytes, at `root` (elsewhere: nothing). A message holds the length first.
+  // Each rank's bytes, at `root` (elsewhere: nothing).
   std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) {
-    constexpr size_t kHeader = sizeof(int64_t);
     std::vector<std::vector<char>> result;
     if (rank_ != root) {
-      const int64_t total = static_cast<int64_t>(data.size());
-      size_t first = std::min(data.size(), kSyncChunkBytes - kHeader);
-      char* out = peers_[root].out.data();
-      std::memcpy(out, &total, kHeader);
-      if (first > 0) std::memcpy(out + kHeader, data.data(), first);
-      Post(root, kHeader + first);
-      for (size_t off = first; off < data.size(); off += kSyncChunkBytes) {
-        Send(root, data.data() + off, std::min(kSyncChunkBytes, data.size() - off));
-      }
+      SendFramed(root, data);
       return result;
     }
     result.resize(size_);
-    for (int r = 0; r < size_; ++r) {
-      if (r == root) {
-        result[r] = data;
-        continue;
-      }
-      const char* in = Recv(r);
-      int64_t total = 0;
-      std::memcpy(&total, in, kHeader);
-      std::vector<char>& bytes = result[r];
-      bytes.resize(static_cast<size_t>(total));
-      size_t got = std::min(bytes.size(), kSyncChunkBytes - kHeader);
-      if (got > 0) std::memcpy(bytes.data(), in + kHeader, got);
-      for (; got < bytes.size(); got += kSyncChunkBytes) {
-        std::memcpy(bytes.data() + got, Recv(r), std::min(kSyncChunkBytes, bytes.size() - got));
-      }
-    }
+    for (int r = 0; r < size_; ++r) result[r] = r == root ? data : RecvFramed(r);
     return result;
+  }
+
+  // `data` of `root` on every rank, its length included in the first message.
+  void BroadcastBytes(std::vector<char>& data, int root) {
+    if (rank_ != root) {
+      data = RecvFramed(root);
+      return;
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (r != root) SendFramed(r, data);
+    }
   }
 
   void Broadcast(void* buffer, int64_t bytes, int root) {
@@ -292,6 +276,35 @@ class SyncMesh {
     std::unique_ptr<gloo::transport::Buffer> send, recv;
     int fd = -1;  // the pair's socket, only to poll it
   };
+
+  // A byte string of any length: its length, then as much of it as fits, in the first message,
+  // the rest in whole messages.
+  static constexpr size_t kFrameHeader = sizeof(int64_t);
+
+  void SendFramed(int peer, const std::vector<char>& data) {
+    const int64_t total = static_cast<int64_t>(data.size());
+    const size_t first = std::min(data.size(), kSyncChunkBytes - kFrameHeader);
+    char* out = peers_[peer].out.data();
+    std::memcpy(out, &total, kFrameHeader);
+    if (first > 0) std::memcpy(out + kFrameHeader, data.data(), first);
+    Post(peer, kFrameHeader + first);
+    for (size_t off = first; off < data.size(); off += kSyncChunkBytes) {
+      Send(peer, data.data() + off, std::min(kSyncChunkBytes, data.size() - off));
+    }
+  }
+
+  std::vector<char> RecvFramed(int peer) {
+    const char* in = Recv(peer);
+    int64_t total = 0;
+    std::memcpy(&total, in, kFrameHeader);
+    std::vector<char> bytes(static_cast<size_t>(total));
+    size_t got = std::min(bytes.size(), kSyncChunkBytes - kFrameHeader);
+    if (got > 0) std::memcpy(bytes.data(), in + kFrameHeader, got);
+    for (; got < bytes.size(); got += kSyncChunkBytes) {
+      std::memcpy(bytes.data() + got, Recv(peer), std::min(kSyncChunkBytes, bytes.size() - got));
+    }
+    return bytes;
+  }
 
   // `mine` (n elements) becomes x_0 op x_1 op ... op x_(size-1), evaluated left to right, where
   // x_rank_ is `mine` and every other x_r is the next message from rank r.
@@ -319,10 +332,10 @@ class SyncMesh {
   // The peer's next message, valid until the next Recv from that peer.
   const char* Recv(int peer) {
     Peer& p = peers_[peer];
-    if (p.fd >= 0) {
-      // Poll the socket for a while; Gloo's read below then sleeps in the kernel if nothing came.
+    pollfd ready{p.fd, POLLIN, 0};
+    if (p.fd >= 0 && ::poll(&ready, 1, 0) == 0) {
+      // Nothing yet: poll for a while; Gloo's read below then sleeps in the kernel if nothing came.
       const auto deadline = std::chrono::steady_clock::now() + spin_;
-      pollfd ready{p.fd, POLLIN, 0};
       while (::poll(&ready, 1, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
       }
     }
@@ -380,10 +393,7 @@ class GlooBackend : public Communicator {
   }
 
   void BroadcastBytes(std::vector<char>& data, int root) override {
-    int64_t n = static_cast<int64_t>(data.size());
-    BroadcastRaw(&n, sizeof(n), root);
-    data.resize(n);
-    if (n > 0) BroadcastRaw(data.data(), n, root);
+    if (size_ > 1) sync_->BroadcastBytes(data, root);
   }
 
   void Allreduce(const AllreduceOptions& options) override {
