@@ -225,7 +225,6 @@ nb::list Wait(int64_t handle) {
   std::shared_ptr<HandleState> state = RequireHandle(handle);
   if (!state->done()) {
     std::shared_ptr<Engine> engine = CurrentEngine();
-    if (engine) engine->NotifyWaiting();
     // While blocked here this rank counts as waiting on the handle's set (deadlock detection).
     // The scope does not keep the engine alive (hvd.shutdown() on another thread ends it).
     struct WaitScope {
@@ -238,6 +237,16 @@ nb::list Wait(int64_t handle) {
         if (std::shared_ptr<Engine> e = engine.lock()) e->WaitEnded(set_id);
       }
     } scope(engine, state->process_set_id);
+    if (engine) {
+      // Caller execution (engine.h): run the cycles on this thread when none is running; the
+      // budget keeps Ctrl-C checks at least this frequent.
+      bool done;
+      {
+        nb::gil_scoped_release release;
+        done = engine->ExecuteWhileWaiting(*state, std::chrono::milliseconds(100));
+      }
+      if (!done) engine->NotifyWaiting();
+    }
     engine.reset();
     while (true) {
       bool done;
@@ -431,6 +440,7 @@ NB_MODULE(_core, m) {
     d["coordinator_rounds"] = s.coordinator_rounds;
     d["cache_hits"] = s.cache_hits;
     d["negotiation_us"] = s.negotiation_us;
+    d["caller_cycles"] = engine->caller_cycles();
     d["shared_memory"] = engine->shared_memory();
     d["shared_memory_single_copy"] = engine->shared_memory_single_copy();
     Engine::HierarchicalStats h = engine->hierarchical_stats();
@@ -443,6 +453,7 @@ NB_MODULE(_core, m) {
     d["hierarchical_shared_memory"] = h.local_shared_memory;
     return d;
   }, "Negotiation counters of the global process set (cycles, coordinator_rounds, cache_hits, negotiation_us), "
+     "the cycles run by waiting callers instead of the background thread (caller_cycles, HOROVOD_CALLER_EXECUTION), "
      "whether its collectives go through shared memory (shared_memory) and its large allreduces read the peers' "
      "buffers directly (shared_memory_single_copy); the number of hosts the ranks are grouped into (hosts, by "
      "HOROVOD_HOSTNAME when set), whether the hierarchical collectives were set up (hierarchical: several hosts with "

@@ -147,6 +147,10 @@ class Communicator {
   virtual bool Topology(int* local_rank, int* local_size, int* cross_rank, int* cross_size) { return false; }
   // MPI: whether MPI runs with MPI_THREAD_MULTIPLE.
   virtual bool threads_supported() const { return false; }
+  // Whether operations may be issued from any thread, one thread at a time (the engine serialises
+  // them): a caller waiting on a handle then runs cycles itself (engine.h). MPI: at least
+  // MPI_THREAD_SERIALIZED.
+  virtual bool any_thread() const { return true; }
 
   // ---- Control plane (CPU backends). ----
   // Gatherv returns every rank's bytes on `root` (empty elsewhere); BroadcastBytes replaces `data`
@@ -196,6 +200,7 @@ class ForwardingCommunicator : public Communicator {
     return inner_->Topology(local_rank, local_size, cross_rank, cross_size);
   }
   bool threads_supported() const override { return inner_->threads_supported(); }
+  bool any_thread() const override { return inner_->any_thread(); }
   std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) override {
     return inner_->Gatherv(data, root);
   }

@@ -97,6 +97,10 @@ const std::vector<Knob>& Knobs() {
        }},
       {"HOROVOD_CYCLE_TIME", "1", "longest wait of the background thread between cycles, milliseconds",
        DOUBLE_KNOB("HOROVOD_CYCLE_TIME", cycle_time_ms, 0.0)},
+      {"HOROVOD_CALLER_EXECUTION", "1",
+       "a thread that waits on an unfinished operation runs the negotiation and the collectives itself "
+       "instead of waking the background thread (0: only the background thread runs them)",
+       BOOL_KNOB("HOROVOD_CALLER_EXECUTION", caller_execution)},
       {"HOROVOD_FUSION_THRESHOLD", "134217728", "fusion buffer size in bytes; 0 disables fusion",
        INT_KNOB("HOROVOD_FUSION_THRESHOLD", fusion_threshold_bytes, 0)},
       {"HOROVOD_CACHE_CAPACITY", "1024", "response cache entries; 0 disables the cache",

@@ -29,6 +29,9 @@ struct Config {
   std::string cpu_operations;  // "" (default), "gloo", "mpi" or "ccl"
 
   double cycle_time_ms = 1.0;
+  // HOROVOD_CALLER_EXECUTION: a caller that waits on an unfinished handle runs the cycles itself
+  // when the background thread is not in one (engine.h, "Threading contract").
+  bool caller_execution = true;
   int64_t fusion_threshold_bytes = 128 * 1024 * 1024;
   int64_t cache_capacity = 1024;
   bool disable_group_fusion = false;

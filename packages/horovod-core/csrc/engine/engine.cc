@@ -59,6 +59,10 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   if (e.timeline_enabled_ && config.timeline != "DYNAMIC" && e.config_.rank == 0) {
     e.timeline_.Start(config.timeline, config.timeline_mark_cycles);
   }
+  // Caller execution needs a backend that any thread may drive (one at a time).
+  // (The global set's communicator speaks for the backend; a single process has none.)
+  const std::shared_ptr<ProcessSet> global = e.sets_->Find(0);
+  e.caller_execution_ = config.caller_execution && (!global->communicator || global->communicator->any_thread());
   e.thread_ = std::thread(&Engine::BackgroundLoop, &e);
   HVD_LOG(INFO) << "Horovod initialized: rank " << e.config_.rank << " of " << e.config_.size << ", backend "
                 << e.stack_.backend_name << (e.stack_.shared_memory ? " with shared memory" : "")
@@ -171,6 +175,11 @@ int64_t Engine::Enqueue(int32_t process_set_id, std::vector<Request> requests, s
     if (!status.ok()) throw EngineError(status);
   }
   RecordReadyEvents(entries, stream);
+  if (!gpu_submitted_.load(std::memory_order_relaxed)) {
+    for (const TensorTableEntry& entry : entries) {
+      if (entry.input.device != kCpuDevice) gpu_submitted_.store(true);
+    }
+  }
   const FlightRecorder::Id recorded = recorder_->Submitted(requests, process_set_id);
   if (recorded != 0) {
     for (size_t i = 0; i < entries.size(); ++i) entries[i].flight_id = recorded + i;
@@ -213,6 +222,37 @@ void Engine::NotifyWaiting() {
   wake_cv_.notify_one();
 }
 
+void Engine::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    wake_ = true;
+  }
+  wake_cv_.notify_one();
+}
+
+bool Engine::ExecuteWhileWaiting(HandleState& state, std::chrono::milliseconds budget) {
+  if (!caller_execution_ || gpu_submitted_.load(std::memory_order_relaxed)) return state.done();
+  std::unique_lock<std::mutex> lock(cycle_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return state.done();  // the background thread is in a cycle
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  while (!stopped_ && !state.done()) {
+    const auto start = std::chrono::steady_clock::now();
+    caller_cycles_.fetch_add(1, std::memory_order_relaxed);
+    if (!CycleLocked(start)) {
+      // The engine stopped in this cycle: the background thread fails what is pending and closes
+      // the connections.
+      lock.unlock();
+      Wake();
+      break;
+    }
+    if (state.done()) break;
+    const auto end = std::chrono::steady_clock::now();
+    const auto cycle = std::chrono::microseconds(cycle_time_us_.load());
+    if ((!progress_ && end - start < cycle / 4) || end >= deadline) break;
+  }
+  return state.done();
+}
+
 void Engine::WaitStarted(int32_t process_set_id) {
   if (std::shared_ptr<ProcessSet> set = sets_->Find(process_set_id)) ++set->waiters;
 }
@@ -252,78 +292,70 @@ void Engine::Shutdown() {
 }
 
 void Engine::BackgroundLoop() {
-  Status status;
   bool again = false;
   int idle = 0;  // consecutive cycles that had nothing to do on this rank
-  try {
-    while (true) {
-      // Read every cycle: autotune changes it (ApplyParameters).
-      const auto cycle = std::chrono::microseconds(cycle_time_us_.load());
-      bool woken_by_waiter = false;
-      {
-        // An idle rank cycles less and less often (up to 16 cycle times apart): it has nothing to
-        // batch, and its own submissions wake it at once. Its cycles only let the others notice a
-        // shutdown or a stall, which takes a few milliseconds longer instead of costing a tenth of
-        // a core per process while idle.
-        const auto wait = cycle * (1 << std::min(idle, 4));
-        std::unique_lock<std::mutex> lock(wake_mu_);
-        const bool woken = !again && wake_cv_.wait_for(lock, wait, [this] { return wake_; });
-        woken_by_waiter = woken && waiting_;
-        if (woken && !waiting_) {
-          // Woken by a submission: gather the rest of its burst first (a training step submits
-          // its gradients back to back), until nothing was submitted for kQuietPeriod, a caller
-          // blocks on a handle, or the cycle time (the bound on batching) is over. Cycling on
-          // every submission instead costs one negotiation each, and on a machine with as many
-          // processes as cores it takes the core from the thread that is submitting.
-          coalescing_.store(true, std::memory_order_seq_cst);
-          const auto deadline = std::chrono::steady_clock::now() + cycle;
-          uint64_t seen = submissions_.load(std::memory_order_seq_cst);
-          while (!waiting_ && !shutdown_requested_.load() && std::chrono::steady_clock::now() < deadline) {
-            wake_cv_.wait_for(lock, std::min<std::chrono::microseconds>(kQuietPeriod, cycle),
-                              [this] { return waiting_ || shutdown_requested_.load(); });
-            const uint64_t now = submissions_.load(std::memory_order_seq_cst);
-            if (now == seen) break;
-            seen = now;
-          }
-          coalescing_.store(false, std::memory_order_seq_cst);
+  while (true) {
+    // Read every cycle: autotune changes it (ApplyParameters).
+    const auto cycle = std::chrono::microseconds(cycle_time_us_.load());
+    bool woken = false;
+    {
+      // An idle rank cycles less and less often (up to 16 cycle times apart): it has nothing to
+      // batch, and its own submissions wake it at once. Its cycles only let the others notice a
+      // shutdown or a stall, which takes a few milliseconds longer instead of costing a tenth of
+      // a core per process while idle.
+      const auto wait = cycle * (1 << std::min(idle, 4));
+      std::unique_lock<std::mutex> lock(wake_mu_);
+      woken = !again && wake_cv_.wait_for(lock, wait, [this] { return wake_; });
+      if (woken && !waiting_) {
+        // Woken by a submission: gather the rest of its burst first (a training step submits
+        // its gradients back to back), until nothing was submitted for kQuietPeriod, a caller
+        // blocks on a handle, or the cycle time (the bound on batching) is over. Cycling on
+        // every submission instead costs one negotiation each, and on a machine with as many
+        // processes as cores it takes the core from the thread that is submitting.
+        coalescing_.store(true, std::memory_order_seq_cst);
+        const auto deadline = std::chrono::steady_clock::now() + cycle;
+        uint64_t seen = submissions_.load(std::memory_order_seq_cst);
+        while (!waiting_ && !shutdown_requested_.load() && std::chrono::steady_clock::now() < deadline) {
+          wake_cv_.wait_for(lock, std::min<std::chrono::microseconds>(kQuietPeriod, cycle),
+                            [this] { return waiting_ || shutdown_requested_.load(); });
+          const uint64_t now = submissions_.load(std::memory_order_seq_cst);
+          if (now == seen) break;
+          seen = now;
         }
-        wake_ = false;
-        waiting_ = false;
+        coalescing_.store(false, std::memory_order_seq_cst);
       }
-      // A caller that starts to wait wakes this thread when its handle was not done yet; when
-      // the cycle that just ran was completing it (the caller got there first: a step that waits
-      // on its handles in turn), nothing of this rank is left to negotiate, and a cycle now would
-      // be an empty negotiation round that the other ranks' next cycles must meet first.
-      if (woken_by_waiter && !shutdown_requested_.load() && !sets_->AnyWaiting()) continue;
-      const auto start = std::chrono::steady_clock::now();
-      progress_ = false;
-      if (!RunCycle(start)) break;
-      if (progress_) last_activity_ = start;
-      // The cycle time bounds how long submitted work waits; it is not a sleep every operation
-      // pays. While this rank has operations waiting for the other ranks, the next cycle starts
-      // at once: its negotiation blocks until another rank's cycle meets it (when that rank submits
-      // them, or its cycle time expires), so the operations run as soon as the last rank submits.
-      // A quick cycle that ran nothing means every rank is waiting on the others (a stall, or
-      // ranks that submitted in incompatible orders): then the cycle time applies again, instead
-      // of spinning.
-      again = false;
-      const bool waiting = sets_->AnyWaiting();
-      if (progress_ || std::chrono::steady_clock::now() - start >= cycle / 4) again = waiting;
-      idle = (progress_ || waiting) ? 0 : idle + 1;
+      wake_ = false;
+      waiting_ = false;
     }
-    status = Status::UnknownError(exit_reason_.empty() ? kShutdownMessage : exit_reason_);
-  } catch (const GpuError& e) {
-    status = Status::UnknownError(std::string("Horovod stopped on a GPU error; every pending and later collective "
-                                              "operation fails. Cause: ") + e.what());
-    HVD_LOG(ERROR) << status.reason();
-  } catch (const std::logic_error& e) {
-    status = Status::UnknownError(std::string("Horovod stopped on an internal error (please report it): ") + e.what());
-    HVD_LOG(ERROR) << status.reason();
-  } catch (const std::exception& e) {
-    status = Status::UnknownError("Horovod lost its connection to " + DescribeLostRanks(stack_.peers, config_.rank) +
-                                  "; every pending and later collective operation fails. Cause: " + e.what());
-    HVD_LOG(ERROR) << status.reason();
+    std::unique_lock<std::mutex> cycle_lock(cycle_mu_);
+    if (stopped_) break;  // a caller's cycle ended the engine
+    // Woken by a submission or a waiting caller, but nothing of this rank is left to negotiate:
+    // a caller ran the cycle that executed it (caller execution), or the cycle that just ran
+    // was completing the handle a caller then started to wait on (a step that waits on its
+    // handles in turn). A cycle now would be an empty negotiation round that the other ranks'
+    // next cycles must meet first.
+    // The same when this thread meant to cycle again at once for operations that waited on other
+    // ranks, and a caller executed them while this thread waited for the lock.
+    if ((woken || again) && !shutdown_requested_.load() && !sets_->AnyWaiting()) {
+      again = false;
+      continue;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    if (!CycleLocked(start)) break;
+    // The cycle time bounds how long submitted work waits; it is not a sleep every operation
+    // pays. While this rank has operations waiting for the other ranks, the next cycle starts
+    // at once: its negotiation blocks until another rank's cycle meets it (when that rank submits
+    // them, or its cycle time expires), so the operations run as soon as the last rank submits.
+    // A quick cycle that ran nothing means every rank is waiting on the others (a stall, or
+    // ranks that submitted in incompatible orders): then the cycle time applies again, instead
+    // of spinning.
+    again = false;
+    const bool waiting = sets_->AnyWaiting();
+    if (progress_ || std::chrono::steady_clock::now() - start >= cycle / 4) again = waiting;
+    idle = (progress_ || waiting) ? 0 : idle + 1;
   }
+  std::lock_guard<std::mutex> cycle_lock(cycle_mu_);
+  const Status status = stop_status_;
   std::vector<std::shared_ptr<ProcessSet>> sets = sets_->All();
   for (auto& set : sets) {
     for (TensorTableEntry& entry : set->queue.Close(status)) {
@@ -343,6 +375,32 @@ void Engine::BackgroundLoop() {
   }
   // CUDA resources go on this thread, before the interpreter exits (spec: shutdown runs at exit).
   executors_.Release();
+}
+
+bool Engine::CycleLocked(std::chrono::steady_clock::time_point start) {
+  progress_ = false;
+  Status status;
+  try {
+    if (RunCycle(start)) {
+      if (progress_) last_activity_ = start;
+      return true;
+    }
+    status = Status::UnknownError(exit_reason_.empty() ? kShutdownMessage : exit_reason_);
+  } catch (const GpuError& e) {
+    status = Status::UnknownError(std::string("Horovod stopped on a GPU error; every pending and later collective "
+                                              "operation fails. Cause: ") + e.what());
+    HVD_LOG(ERROR) << status.reason();
+  } catch (const std::logic_error& e) {
+    status = Status::UnknownError(std::string("Horovod stopped on an internal error (please report it): ") + e.what());
+    HVD_LOG(ERROR) << status.reason();
+  } catch (const std::exception& e) {
+    status = Status::UnknownError("Horovod lost its connection to " + DescribeLostRanks(stack_.peers, config_.rank) +
+                                  "; every pending and later collective operation fails. Cause: " + e.what());
+    HVD_LOG(ERROR) << status.reason();
+  }
+  stopped_ = true;
+  stop_status_ = status;
+  return false;
 }
 
 bool Engine::RunCycle(std::chrono::steady_clock::time_point now) {

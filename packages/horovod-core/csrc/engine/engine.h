@@ -12,12 +12,22 @@
 //   run here), Enqueue, GetHandle/ReleaseHandle, the process set queries, the timeline
 //   switches, Shutdown and the read-only getters. Enqueue only takes a queue's mutex and wakes the
 //   background thread; it never blocks on the network.
-// - The background thread runs cycles: it waits at most HOROVOD_CYCLE_TIME ms (less when work is
-//   enqueued), then negotiates and executes the global set's requests, then those of every other
-//   set this rank belongs to, in id order (the same order on every rank, so sets never deadlock).
-//   It is the only thread that touches backends, controllers and the fusion buffer after Start
-//   returns. Registering and removing a process set are negotiated on the global set and carried
-//   out by this thread, at the same point of every rank's operation sequence.
+// - A cycle negotiates and executes the global set's requests, then those of every other set this
+//   rank belongs to, in id order (the same order on every rank, so sets never deadlock). Every
+//   cycle is a collective of the global set: each rank's cycles meet the other ranks' in order,
+//   whichever thread runs them. One thread at a time runs cycles, holding cycle_mu_; only that
+//   thread touches backends, controllers, executors and the fusion buffer after Start returns.
+//   Registering and removing a process set are negotiated on the global set and carried out in a
+//   cycle, at the same point of every rank's operation sequence.
+// - The background thread runs a cycle at least every HOROVOD_CYCLE_TIME ms (sooner when work is
+//   enqueued or a caller waits; less often while idle).
+// - Caller execution (HOROVOD_CALLER_EXECUTION, on by default): a caller about to block on an
+//   unfinished handle first tries to take cycle_mu_ and runs the cycles itself until its handle is
+//   done (ExecuteWhileWaiting). This saves the two thread hand-offs (wake the background thread,
+//   wake the caller) that otherwise dominate a small synchronous collective. When the lock is
+//   taken, or the caller's cycles stop making progress, the caller waits and the background
+//   thread goes on. Off for MPI below MPI_THREAD_SERIALIZED and once a GPU tensor was submitted
+//   on this rank (the GPU executors stay on the background thread).
 // - The cycle ends for good when any rank asked for shutdown (the flag travels with negotiation of
 //   the global set, so every rank stops in the same cycle), when the stall inspector gives up, or
 //   when a backend fails (a peer was lost). Then every queue is closed: pending and later
@@ -83,6 +93,14 @@ class Engine {
   // Called by a thread about to block on an unfinished handle: the background thread stops
   // gathering submissions and starts a cycle at once.
   void NotifyWaiting();
+  // Caller execution (see the threading contract above). Called by a caller about to block on the
+  // unfinished handle `state`, without the GIL: when caller execution is on and no other thread is
+  // in a cycle, runs cycles on this thread until the handle is done, a cycle executed nothing and
+  // took less than a quarter of the cycle time (every rank waits on another: the background
+  // thread paces the retries), or `budget` has passed. Returns whether the handle is done; when
+  // not, the caller calls NotifyWaiting and waits. Never throws: a failure in a cycle ends the
+  // engine exactly as on the background thread (every pending operation fails with the reason).
+  bool ExecuteWhileWaiting(HandleState& state, std::chrono::milliseconds budget);
   // Brackets a caller's blocking wait on an unfinished handle of set `process_set_id`: while some
   // caller waits, this rank counts as waiting on the set (deadlock detection, controller.h).
   void WaitStarted(int32_t process_set_id);
@@ -111,6 +129,8 @@ class Engine {
 
   // Negotiation counters of the global set.
   NegotiationStats GlobalStats();
+  // Cycles run by waiting callers instead of the background thread (caller execution).
+  int64_t caller_cycles() const { return caller_cycles_.load(); }
   // The parameters in force (autotune may change them; the same on every rank from the cycle
   // they were broadcast in).
   TunedParameters CurrentParameters();
@@ -138,6 +158,10 @@ class Engine {
   void BackgroundLoop();
   // One cycle, begun at `now`; false once the engine must stop.
   bool RunCycle(std::chrono::steady_clock::time_point now);
+  // RunCycle and its bookkeeping, by the thread holding cycle_mu_. A cycle that ends the engine
+  // (a shutdown, a failure) sets stopped_ and stop_status_ and returns false.
+  bool CycleLocked(std::chrono::steady_clock::time_point start);
+  void Wake();
   void RequestShutdown(const std::string& reason);
   void PerformAll(ProcessSet& set, const ResponseList& list);
   // `negotiated_us`: when the list arrived (WallMicros; 0 when the flight recorder is off).
@@ -164,6 +188,14 @@ class Engine {
   std::mutex handles_mu_;
   std::unordered_map<int64_t, std::shared_ptr<HandleState>> handles_;
 
+  // Held by the thread running a cycle: the background thread, or a waiting caller.
+  std::mutex cycle_mu_;
+  bool stopped_ = false;  // (cycle_mu_) no cycle runs again; stop_status_ is what pending work fails with
+  Status stop_status_;
+  bool caller_execution_ = false;        // set in Start
+  std::atomic<bool> gpu_submitted_{false};  // a GPU tensor was enqueued on this rank
+  std::atomic<int64_t> caller_cycles_{0};
+
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   bool wake_ = false;     // a submission (or a shutdown request) arrived since the last cycle
@@ -172,8 +204,8 @@ class Engine {
   // counts instead of waking it each time.
   std::atomic<uint64_t> submissions_{0};
   std::atomic<bool> coalescing_{false};
-  bool progress_ = false;  // the current cycle executed at least one response (background thread only)
-  // Deadlocks across process sets (background thread only): when this rank last executed or
+  bool progress_ = false;  // the current cycle executed at least one response (cycle_mu_)
+  // Deadlocks across process sets (cycle_mu_): when this rank last executed or
   // submitted something, and the submission count seen then.
   std::chrono::steady_clock::time_point last_activity_ = std::chrono::steady_clock::now();
   uint64_t seen_submissions_ = 0;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "engine/reduction.h"
 #include "test_support.h"
@@ -337,6 +338,60 @@ TEST_P(Collectives, MismatchFailsEveryRankAndTheEnginesGoOn) {
     EXPECT_EQ(good[2], static_cast<float>(size() * (size() - 1) / 2));
   });
 }
+
+// Caller execution (engine.h): a caller that waits runs the cycles itself when no other thread
+// is in one. Two threads per rank submit and wait in turn on their own allreduces (so callers
+// contend for the cycle with each other and with the background thread); every result must be
+// right. With HOROVOD_CALLER_EXECUTION=1 (the default) callers ran cycles on every rank; with 0
+// none did.
+class CallerExecution : public ::testing::TestWithParam<std::tuple<bool, int>> {};
+
+TEST_P(CallerExecution, ConcurrentWaitersGetTheirResults) {
+  const auto [on, size] = GetParam();
+  EngineGroup group(size, {{"HOROVOD_CALLER_EXECUTION", on ? "1" : "0"}});
+  constexpr int kThreads = 2, kOps = 40;
+  group.Run([&, size = size](int rank, Engine& engine) {
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(kThreads);
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        try {
+          for (int i = 0; i < kOps; ++i) {
+            const std::string name = "caller." + std::to_string(t) + "." + std::to_string(i);
+            const int64_t count = 1 + (i * 97) % 3000;
+            std::vector<float> buffer(count);
+            for (int64_t k = 0; k < count; ++k) buffer[k] = static_cast<float>(rank + t + k % 5);
+            auto state = SubmitAndWait(engine, {MakeRequest(OpType::ALLREDUCE, name, DataType::FLOAT32, {count})},
+                                       {MakeEntry(name, buffer.data(), buffer.data(), DataType::FLOAT32, {count})});
+            ExpectOk(*state, name);
+            for (int64_t k = 0; k < count; ++k) {
+              const float expected = static_cast<float>(size * (size - 1) / 2 + size * (t + k % 5));
+              if (buffer[k] != expected) {
+                throw std::runtime_error(name + " element " + std::to_string(k) + ": expected " +
+                                         std::to_string(expected) + ", got " + std::to_string(buffer[k]));
+              }
+            }
+          }
+        } catch (const std::exception& e) {
+          errors[t] = e.what();
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    for (const auto& error : errors) EXPECT_EQ(error, "") << "rank " << rank;
+    if (on) {
+      EXPECT_GT(engine.caller_cycles(), 0) << "rank " << rank;
+    } else {
+      EXPECT_EQ(engine.caller_cycles(), 0) << "rank " << rank;
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, CallerExecution, ::testing::Combine(::testing::Bool(), ::testing::Values(2, 3)),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, int>>& info) {
+                           return std::string(std::get<0>(info.param) ? "on" : "off") + "_np" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 INSTANTIATE_TEST_SUITE_P(
     Engines, Collectives,

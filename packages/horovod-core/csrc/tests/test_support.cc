@@ -94,8 +94,14 @@ std::shared_ptr<HandleState> SubmitAndWait(Engine& engine, std::vector<Request> 
                                            std::vector<TensorTableEntry> entries, int32_t process_set_id) {
   const int64_t handle = engine.Enqueue(process_set_id, std::move(requests), std::move(entries));
   std::shared_ptr<HandleState> state = engine.GetHandle(handle);
-  engine.NotifyWaiting();
-  const bool done = state->WaitFor(std::chrono::duration_cast<std::chrono::milliseconds>(kRankTimeout));
+  // As the Python binding waits (bindings.cc, Wait): caller execution first, then the background thread.
+  engine.WaitStarted(process_set_id);
+  bool done = engine.ExecuteWhileWaiting(*state, std::chrono::milliseconds(100));
+  if (!done) {
+    engine.NotifyWaiting();
+    done = state->WaitFor(std::chrono::duration_cast<std::chrono::milliseconds>(kRankTimeout));
+  }
+  engine.WaitEnded(process_set_id);
   engine.ReleaseHandle(handle);
   if (!done) throw std::runtime_error("handle " + std::to_string(handle) + " did not finish in time");
   return state;

@@ -152,6 +152,7 @@ class MpiBackend : public Communicator {
   }
 
   bool threads_supported() const override { return g_thread_level == MPI_THREAD_MULTIPLE; }
+  bool any_thread() const override { return g_thread_level >= MPI_THREAD_SERIALIZED; }
 
   std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) override {
     int mine = static_cast<int>(data.size());
