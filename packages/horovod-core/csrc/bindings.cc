@@ -237,22 +237,18 @@ nb::list Wait(int64_t handle) {
         if (std::shared_ptr<Engine> e = engine.lock()) e->WaitEnded(set_id);
       }
     } scope(engine, state->process_set_id);
-    if (engine) {
-      // Caller execution (engine.h): run the cycles on this thread when none is running; the
-      // budget keeps Ctrl-C checks at least this frequent.
-      bool done;
-      {
-        nb::gil_scoped_release release;
-        done = engine->ExecuteWhileWaiting(*state, std::chrono::milliseconds(100));
-      }
-      if (!done) engine->NotifyWaiting();
-    }
     engine.reset();
     while (true) {
-      bool done;
+      bool done = false;
       {
         nb::gil_scoped_release release;
-        done = state->WaitFor(std::chrono::milliseconds(100));
+        // Caller execution (engine.h): run the cycles on this thread; when they stop making
+        // progress, wake the background thread and wait. Every 100 ms at most, Ctrl-C is checked.
+        if (std::shared_ptr<Engine> e = scope.engine.lock()) {
+          done = e->ExecuteWhileWaiting(*state, std::chrono::milliseconds(100));
+          if (!done) e->NotifyWaiting();
+        }
+        if (!done) done = state->WaitFor(std::chrono::milliseconds(100));
       }
       if (done) break;
       if (PyErr_CheckSignals() != 0) throw nb::python_error();

@@ -20,6 +20,10 @@ namespace {
 
 // A burst of submissions is over once none came for this long (see BackgroundLoop).
 constexpr std::chrono::microseconds kQuietPeriod{50};
+// Caller execution: while this rank submitted work in the last kActiveWindow, the background
+// thread looks at the queues once per cycle time instead of being woken by each submission (see
+// BackgroundLoop).
+constexpr std::chrono::milliseconds kActiveWindow{10};
 
 }  // namespace
 
@@ -204,7 +208,8 @@ int64_t Engine::Enqueue(int32_t process_set_id, std::vector<Request> requests, s
     throw;
   }
   submissions_.fetch_add(1, std::memory_order_seq_cst);
-  if (coalescing_.load(std::memory_order_seq_cst)) return handle;  // the background thread counts instead
+  // The background thread counts instead (a burst), or polls the queues now (caller execution).
+  if (coalescing_.load(std::memory_order_seq_cst) || polling_.load(std::memory_order_seq_cst)) return handle;
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
     wake_ = true;
@@ -232,9 +237,18 @@ void Engine::Wake() {
 
 bool Engine::ExecuteWhileWaiting(HandleState& state, std::chrono::milliseconds budget) {
   if (!caller_execution_ || gpu_submitted_.load(std::memory_order_relaxed)) return state.done();
-  std::unique_lock<std::mutex> lock(cycle_mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return state.done();  // the background thread is in a cycle
+  // While callers execute (or wait for the lock to do so), the background thread does not start
+  // cycles for them (BackgroundLoop).
+  struct Executing {
+    std::atomic<int>& count;
+    explicit Executing(std::atomic<int>& c) : count(c) { count.fetch_add(1, std::memory_order_seq_cst); }
+    ~Executing() { count.fetch_sub(1, std::memory_order_seq_cst); }
+  } executing(callers_executing_);
   const auto deadline = std::chrono::steady_clock::now() + budget;
+  // When another thread is in a cycle, wait for it: that cycle may complete the handle, and if it
+  // does not, this caller runs the next one.
+  std::unique_lock<std::timed_mutex> lock(cycle_mu_, std::defer_lock);
+  if (!lock.try_lock_until(deadline)) return state.done();
   while (!stopped_ && !state.done()) {
     const auto start = std::chrono::steady_clock::now();
     caller_cycles_.fetch_add(1, std::memory_order_relaxed);
@@ -292,8 +306,12 @@ void Engine::Shutdown() {
 }
 
 void Engine::BackgroundLoop() {
+  using Clock = std::chrono::steady_clock;
   bool again = false;
   int idle = 0;  // consecutive cycles that had nothing to do on this rank
+  // Caller execution: when this rank last submitted something (as seen from this thread).
+  uint64_t seen = submissions_.load();
+  auto last_submission = Clock::now() - kActiveWindow;
   while (true) {
     // Read every cycle: autotune changes it (ApplyParameters).
     const auto cycle = std::chrono::microseconds(cycle_time_us_.load());
@@ -303,9 +321,40 @@ void Engine::BackgroundLoop() {
       // batch, and its own submissions wake it at once. Its cycles only let the others notice a
       // shutdown or a stall, which takes a few milliseconds longer instead of costing a tenth of
       // a core per process while idle.
-      const auto wait = cycle * (1 << std::min(idle, 4));
       std::unique_lock<std::mutex> lock(wake_mu_);
-      woken = !again && wake_cv_.wait_for(lock, wait, [this] { return wake_; });
+      while (!again) {
+        // (Counted from the last cycle of any thread: a caller's cycles count too.)
+        const auto due =
+            Clock::time_point(Clock::duration(last_cycle_start_.load())) + cycle * (1 << std::min(idle, 4));
+        // With caller execution, a submission does not wake this thread while the rank is busy
+        // (it submitted in the last kActiveWindow): the caller usually waits right away and runs
+        // the cycle itself, and waking this thread for every operation would take a core from
+        // the callers of this rank and its peers at the moment they need it. Instead this thread
+        // looks once per cycle time for operations that were submitted and that no caller waits on
+        // (asynchronous ones, such as gradients during the backward pass), and runs the cycle
+        // for them. A caller that waits without running the cycle itself wakes it (NotifyWaiting).
+        const uint64_t count = submissions_.load(std::memory_order_seq_cst);
+        const auto now = Clock::now();
+        if (count != seen) {
+          seen = count;
+          last_submission = now;
+        }
+        const bool poll = caller_execution_ && !gpu_submitted_.load(std::memory_order_relaxed) &&
+                          now - last_submission < kActiveWindow;
+        if (poll) polling_.store(true, std::memory_order_seq_cst);
+        const auto until = poll ? std::min<Clock::time_point>(due, now + cycle) : due;
+        woken = wake_cv_.wait_until(lock, until, [this] { return wake_; });
+        polling_.store(false, std::memory_order_seq_cst);
+        if (woken || Clock::now() >= Clock::time_point(Clock::duration(last_cycle_start_.load())) +
+                                         cycle * (1 << std::min(idle, 4))) {
+          break;
+        }
+        lock.unlock();
+        woken = callers_executing_.load(std::memory_order_seq_cst) == 0 && sets_->AnyWaiting() &&
+                !sets_->AnyCallerWaiting();
+        lock.lock();
+        if (woken) break;
+      }
       if (woken && !waiting_) {
         // Woken by a submission: gather the rest of its burst first (a training step submits
         // its gradients back to back), until nothing was submitted for kQuietPeriod, a caller
@@ -327,7 +376,7 @@ void Engine::BackgroundLoop() {
       wake_ = false;
       waiting_ = false;
     }
-    std::unique_lock<std::mutex> cycle_lock(cycle_mu_);
+    std::unique_lock<std::timed_mutex> cycle_lock(cycle_mu_);
     if (stopped_) break;  // a caller's cycle ended the engine
     // Woken by a submission or a waiting caller, but nothing of this rank is left to negotiate:
     // a caller ran the cycle that executed it (caller execution), or the cycle that just ran
@@ -340,7 +389,7 @@ void Engine::BackgroundLoop() {
       again = false;
       continue;
     }
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = Clock::now();
     if (!CycleLocked(start)) break;
     // The cycle time bounds how long submitted work waits; it is not a sleep every operation
     // pays. While this rank has operations waiting for the other ranks, the next cycle starts
@@ -351,10 +400,13 @@ void Engine::BackgroundLoop() {
     // of spinning.
     again = false;
     const bool waiting = sets_->AnyWaiting();
-    if (progress_ || std::chrono::steady_clock::now() - start >= cycle / 4) again = waiting;
+    // (Not while a caller executes: it runs the next cycle itself.)
+    if (progress_ || std::chrono::steady_clock::now() - start >= cycle / 4) {
+      again = waiting && callers_executing_.load(std::memory_order_seq_cst) == 0;
+    }
     idle = (progress_ || waiting) ? 0 : idle + 1;
   }
-  std::lock_guard<std::mutex> cycle_lock(cycle_mu_);
+  std::lock_guard<std::timed_mutex> cycle_lock(cycle_mu_);
   const Status status = stop_status_;
   std::vector<std::shared_ptr<ProcessSet>> sets = sets_->All();
   for (auto& set : sets) {
@@ -379,6 +431,7 @@ void Engine::BackgroundLoop() {
 
 bool Engine::CycleLocked(std::chrono::steady_clock::time_point start) {
   progress_ = false;
+  last_cycle_start_.store(start.time_since_epoch().count(), std::memory_order_relaxed);
   Status status;
   try {
     if (RunCycle(start)) {

@@ -19,15 +19,18 @@
 //   thread touches backends, controllers, executors and the fusion buffer after Start returns.
 //   Registering and removing a process set are negotiated on the global set and carried out in a
 //   cycle, at the same point of every rank's operation sequence.
-// - The background thread runs a cycle at least every HOROVOD_CYCLE_TIME ms (sooner when work is
-//   enqueued or a caller waits; less often while idle).
+// - The background thread runs a cycle at least every HOROVOD_CYCLE_TIME ms since the last cycle
+//   of any thread (sooner when work is enqueued or a caller waits; less often while idle).
 // - Caller execution (HOROVOD_CALLER_EXECUTION, on by default): a caller about to block on an
 //   unfinished handle first tries to take cycle_mu_ and runs the cycles itself until its handle is
 //   done (ExecuteWhileWaiting). This saves the two thread hand-offs (wake the background thread,
 //   wake the caller) that otherwise dominate a small synchronous collective. When the lock is
 //   taken, or the caller's cycles stop making progress, the caller waits and the background
-//   thread goes on. Off for MPI below MPI_THREAD_SERIALIZED and once a GPU tensor was submitted
-//   on this rank (the GPU executors stay on the background thread).
+//   thread goes on. While a rank is busy (it submitted in the last 10 ms), Enqueue does not wake
+//   the background thread: it looks once per cycle time for submitted operations that no caller
+//   waits on (asynchronous gradients) and runs their cycle then. Off for MPI below
+//   MPI_THREAD_SERIALIZED and once a GPU tensor was submitted on this rank (the GPU executors
+//   stay on the background thread).
 // - The cycle ends for good when any rank asked for shutdown (the flag travels with negotiation of
 //   the global set, so every rank stops in the same cycle), when the stall inspector gives up, or
 //   when a backend fails (a peer was lost). Then every queue is closed: pending and later
@@ -94,8 +97,9 @@ class Engine {
   // gathering submissions and starts a cycle at once.
   void NotifyWaiting();
   // Caller execution (see the threading contract above). Called by a caller about to block on the
-  // unfinished handle `state`, without the GIL: when caller execution is on and no other thread is
-  // in a cycle, runs cycles on this thread until the handle is done, a cycle executed nothing and
+  // unfinished handle `state`, without the GIL: when caller execution is on, takes the cycle lock
+  // (waiting for another thread's cycle to end, at most `budget`) and runs cycles on this thread
+  // until the handle is done, a cycle executed nothing and
   // took less than a quarter of the cycle time (every rank waits on another: the background
   // thread paces the retries), or `budget` has passed. Returns whether the handle is done; when
   // not, the caller calls NotifyWaiting and waits. Never throws: a failure in a cycle ends the
@@ -189,7 +193,8 @@ class Engine {
   std::unordered_map<int64_t, std::shared_ptr<HandleState>> handles_;
 
   // Held by the thread running a cycle: the background thread, or a waiting caller.
-  std::mutex cycle_mu_;
+  std::timed_mutex cycle_mu_;
+  std::atomic<int> callers_executing_{0};  // callers in ExecuteWhileWaiting
   bool stopped_ = false;  // (cycle_mu_) no cycle runs again; stop_status_ is what pending work fails with
   Status stop_status_;
   bool caller_execution_ = false;        // set in Start
@@ -204,6 +209,10 @@ class Engine {
   // counts instead of waking it each time.
   std::atomic<uint64_t> submissions_{0};
   std::atomic<bool> coalescing_{false};
+  // While the background thread polls the queues (caller execution), Enqueue does not wake it.
+  std::atomic<bool> polling_{false};
+  // When the last cycle began (steady_clock ticks), whichever thread ran it.
+  std::atomic<int64_t> last_cycle_start_{std::chrono::steady_clock::now().time_since_epoch().count()};
   bool progress_ = false;  // the current cycle executed at least one response (cycle_mu_)
   // Deadlocks across process sets (cycle_mu_): when this rank last executed or
   // submitted something, and the submission count seen then.
