@@ -72,7 +72,7 @@ struct Config {
   bool launched_by_mpi = false;
   bool hierarchical_allreduce = false;
   bool shared_memory = true;  // HOROVOD_SHARED_MEMORY: the shared-memory transport on one host
-  bool shared_memory_single_copy = true;  // HOROVOD_SHARED_MEMORY_SINGLE_COPY: process_vm_readv for large allreduces
+  bool shared_memory_single_copy = true;  // HOROVOD_SHARED_MEMORY_SINGLE_COPY: cross-memory attach for large allreduces
   bool hierarchical_allgather = false;
   bool torus_allreduce = false;
   int64_t num_nccl_streams = 1;

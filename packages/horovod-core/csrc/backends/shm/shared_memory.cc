@@ -136,8 +136,10 @@ class SharedMemoryBackend : public ForwardingCommunicator {
   bool EnableSingleCopy(bool wanted) {
     // Under Yama's ptrace_scope=1 only a process's ancestors may read it unless it says otherwise.
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-    static const uint64_t kProbe = kMagic;
-    const uintptr_t address = reinterpret_cast<uintptr_t>(&kProbe);
+    // Written by the peers with the value it holds already (the large allreduces write their
+    // results into the peers' outputs).
+    probe_ = kMagic;
+    const uintptr_t address = reinterpret_cast<uintptr_t>(&probe_);
     std::memcpy(Slot(rank_), &address, sizeof(address));
     Step();
     std::vector<uint64_t> ok{wanted ? 1u : 0u};
@@ -148,7 +150,7 @@ class SharedMemoryBackend : public ForwardingCommunicator {
       uint64_t value = 0;
       iovec local{&value, sizeof(value)}, remote{reinterpret_cast<void*>(theirs), sizeof(value)};
       if (process_vm_readv(static_cast<pid_t>(pids_[r]), &local, 1, &remote, 1, 0) != sizeof(value) ||
-          value != kMagic) {
+          value != kMagic || process_vm_writev(static_cast<pid_t>(pids_[r]), &local, 1, &remote, 1, 0) != sizeof(value)) {
         ok[0] = 0;
       }
     }
@@ -245,13 +247,14 @@ class SharedMemoryBackend : public ForwardingCommunicator {
     return std::min(n, (n * r / size_ + align - 1) / align * align);
   }
 
-  // Three steps: publish where every piece's input and output are; each rank folds its share of
-  // the elements (of the pieces laid end to end) from every rank's inputs, in rank order (so every
-  // rank's result is the same bit for bit), into its own outputs; then each rank copies the
-  // others' shares from their outputs into its own. Every rank's pieces have the same sizes (they
-  // were negotiated), so a range of elements splits into the same runs of bytes on every rank. The
-  // last step keeps every rank's memory unchanged until no rank reads it any more. An in-place
-  // piece is safe: during the fold a rank writes only its own share, which no peer reads then.
+  // Two steps: publish where every piece's input and output are; then each rank folds its share
+  // of the elements (of the pieces laid end to end) from every rank's inputs, in rank order (so
+  // every rank's result is the same bit for bit), into its own outputs, and writes each run of the
+  // result, while it is still in cache, into every peer's outputs. Every rank's pieces have the
+  // same sizes (they were negotiated), so a range of elements splits into the same runs of bytes
+  // on every rank. The last step keeps every rank's memory untouched by the others after it.
+  // In-place pieces are safe: share r of a rank's memory is read and written only by rank r (and
+  // read before it is written), while the rank itself reads and writes only its own share.
   void AllreducePieces(const AllreducePiecesOptions& options) override {
     const std::vector<Piece>& pieces = options.pieces;
     const DataType dtype = options.dtype;
@@ -285,9 +288,9 @@ class SharedMemoryBackend : public ForwardingCommunicator {
       // (fold_, incoming_: element e of the run at offset e - a); this rank's own operand and
       // the outputs are reduced piece by piece where they lie, so a run over many pieces (a
       // fused group of small tensors) is neither gathered nor scattered through a buffer.
-      if (rank_ != 0) ReadPeer(0, a, b, element, /*output=*/false, fold_.data());
+      if (rank_ != 0) ReadPeer(0, a, b, element, fold_.data());
       for (int r = 1; r < size_; ++r) {
-        if (r != rank_) ReadPeer(r, a, b, element, /*output=*/false, incoming_.data());
+        if (r != rank_) ReadPeer(r, a, b, element, incoming_.data());
         const bool last = r == size_ - 1;
         for (size_t i = first; i < np && starts_[i] < b; ++i) {
           const int64_t from = std::max(a, starts_[i]), to = std::min(b, starts_[i + 1]);
@@ -302,16 +305,11 @@ class SharedMemoryBackend : public ForwardingCommunicator {
           if (last && postscale != 1.0) Scale(dst, to - from, dtype, postscale);
         }
       }
-      a = b;
-    }
-    Step();
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      for (int64_t a = Bound(r, count, element), end = Bound(r + 1, count, element); a < end;) {
-        const int64_t b = std::min(end, starts_[std::min(np, PieceAt(a) + kMaxIov)]);
-        ReadPeer(r, a, b, element, /*output=*/true, nullptr, &pieces);
-        a = b;
+      // The run's result, still in cache, into every peer's outputs.
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_) WritePeer(r, a, b, element);
       }
+      a = b;
     }
     Step();
   }
@@ -340,29 +338,39 @@ class SharedMemoryBackend : public ForwardingCommunicator {
     }
   }
 
-  // Copies elements [a, b) of rank r's inputs (or outputs) into `into`, or, when `into` is null,
-  // into the same elements of this rank's outputs. At most kMaxIov pieces.
-  void ReadPeer(int r, int64_t a, int64_t b, int64_t element, bool output, char* into,
-                const std::vector<Piece>* pieces = nullptr) {
+  // Copies elements [a, b) of rank r's inputs into `into`. At most kMaxIov pieces.
+  void ReadPeer(int r, int64_t a, int64_t b, int64_t element, char* into) {
     remote_.clear();
-    Runs(addresses_[r].data(), a, b, element, output, remote_);
+    Runs(addresses_[r].data(), a, b, element, /*output=*/false, remote_);
     local_.clear();
-    if (into != nullptr) {
-      local_.push_back({into, static_cast<size_t>((b - a) * element)});
-    } else {
-      Runs(addresses_[rank_].data(), a, b, element, /*output=*/true, local_);
-    }
-    size_t left = static_cast<size_t>((b - a) * element);
+    local_.push_back({into, static_cast<size_t>((b - a) * element)});
+    Transfer(r, (b - a) * element, /*write=*/false);
+  }
+
+  // Copies elements [a, b) of this rank's outputs into the same elements of rank r's outputs.
+  void WritePeer(int r, int64_t a, int64_t b, int64_t element) {
+    remote_.clear();
+    Runs(addresses_[r].data(), a, b, element, /*output=*/true, remote_);
+    local_.clear();
+    Runs(addresses_[rank_].data(), a, b, element, /*output=*/true, local_);
+    Transfer(r, (b - a) * element, /*write=*/true);
+  }
+
+  // Moves `bytes` between local_ and rank r's remote_ (process_vm_readv or process_vm_writev).
+  void Transfer(int r, int64_t bytes, bool write) {
+    size_t left = static_cast<size_t>(bytes);
     iovec* l = local_.data();
     iovec* rm = remote_.data();
     size_t nl = local_.size(), nr = remote_.size();
     while (left > 0) {
-      const ssize_t n = process_vm_readv(static_cast<pid_t>(pids_[r]), l, nl, rm, nr, 0);
+      const pid_t pid = static_cast<pid_t>(pids_[r]);
+      const ssize_t n = write ? process_vm_writev(pid, l, nl, rm, nr, 0) : process_vm_readv(pid, l, nl, rm, nr, 0);
       if (n <= 0) {
-        throw std::runtime_error("shared memory: reading the memory of rank " + std::to_string(r) + " (pid " +
-                                 std::to_string(pids_[r]) + ") failed: " + std::strerror(n < 0 ? errno : EIO));
+        throw std::runtime_error(std::string("shared memory: ") + (write ? "writing" : "reading") +
+                                 " the memory of rank " + std::to_string(r) + " (pid " + std::to_string(pids_[r]) +
+                                 ") failed: " + std::strerror(n < 0 ? errno : EIO));
       }
-      // A partial read (the kernel stops at a page it cannot pin): continue after what arrived.
+      // A partial transfer (the kernel stops at a page it cannot pin): continue after it.
       left -= static_cast<size_t>(n);
       Advance(l, nl, static_cast<size_t>(n));
       Advance(rm, nr, static_cast<size_t>(n));
@@ -511,6 +519,7 @@ class SharedMemoryBackend : public ForwardingCommunicator {
   uint32_t step_ = 0;
   int half_ = 0;
   bool spin_ = true;
+  uint64_t probe_ = 0;  // EnableSingleCopy's probe, read and written by the peers
   bool single_copy_ = false;
   // Single-copy allreduce: the running result and a peer's operand (kCopyChunkBytes each); where
   // each piece starts (in elements of the pieces laid end to end); every rank's piece addresses;

@@ -8,12 +8,12 @@
 // communicators of other process sets) is forwarded to the inner communicator, which also stays
 // the job's identity (its name, its topology, its timeline activities).
 //
-// Large allreduces, where the kernel allows it, read the peers' buffers directly with
-// process_vm_readv (cross-memory attach, as MPI libraries do on one host): each rank reduces its
-// share of the elements from every rank's buffer into its own, and then reads the others' shares,
-// moving each byte once instead of through the segment. A fused group of tensors takes the same
+// Large allreduces, where the kernel allows it, move data directly between the ranks' buffers
+// with process_vm_readv and process_vm_writev (cross-memory attach, as MPI libraries do on one
+// host): each rank reduces its share of the elements from every rank's buffer into its own, and
+// writes the result into the others', moving each byte once instead of through the segment. A fused group of tensors takes the same
 // path (AllreducePieces): the peers read each tensor where it lies, so the engine's fusion buffer
-// and its copies in and out are not needed. Whether peers may read each other's memory
+// and its copies in and out are not needed. Whether peers may read and write each other's memory
 // (same user, no seccomp or Yama restriction) is probed when the segment is created; without it,
 // and with `single_copy` false, large allreduces go through the segment like everything else.
 //
@@ -41,7 +41,7 @@ namespace horovod {
 // attaches every rank. `pids[r]` is the process id of rank r; every rank must be on this host.
 // Returns nullptr on every rank, with the reason in *why, when any rank failed to attach (no
 // /dev/shm, not enough space): the caller then keeps using `inner`. *single_copy: whether to try
-// process_vm_readv for large allreduces; on return, whether every rank can use it.
+// cross-memory attach for large allreduces; on return, whether every rank can use it.
 std::unique_ptr<Communicator> MakeSharedMemoryBackend(std::unique_ptr<Communicator>& inner,
                                                       const std::vector<int64_t>& pids, const BackendOptions& options,
                                                       bool* single_copy, std::string* why);
