@@ -3,8 +3,8 @@
 //
 // Thread safety: the map is guarded by a mutex; lookups (Find, the queries) run on any thread.
 // Creating and removing sets, and everything a set's members do with their communicator and
-// controller, happen on the engine's background thread only (and on the init thread before it
-// starts).
+// controller, happen on the thread running the engine's cycle (the background thread, or a
+// waiting caller: engine.h, "Threading contract"), and on the init thread before the first.
 #pragma once
 
 #include <atomic>
@@ -36,7 +36,8 @@ struct ProcessSet {
   std::unique_ptr<Controller> controller;
   TensorQueue queue;
   // The NCCL communicator of the members and its device, created by the first GPU operation on
-  // the set (background thread only; csrc/executors/gpu_executor.cc).
+  // the set (the background thread only: caller execution is off once GPU tensors are submitted;
+  // csrc/executors/gpu_executor.cc).
   std::unique_ptr<Communicator> gpu_communicator;
   int gpu_device = -1;
   // Callers blocked waiting on the set's operations (bindings' wait; deadlock detection, controller.h).
@@ -85,7 +86,7 @@ class ProcessSetRegistry {
   std::string key_prefix_;
   Timeline* timeline_;  // global rank 0 only
   std::function<void(Controller&)> configure_;
-  std::mutex mu_;  // guards the map (members are used by the background thread only)
+  std::mutex mu_;  // guards the map (members are used by the thread running the cycle only)
   std::map<int32_t, std::shared_ptr<ProcessSet>> sets_;
   std::deque<int32_t> free_ids_;  // removed ids, reused oldest-freed first
   int32_t next_id_ = 1;

@@ -5,7 +5,8 @@
 // Horovod's stream of one device through the NCCL plugin (backends/nccl/gpu_ops.h). Nothing outside
 // csrc/executors/ asks which device a tensor is on.
 //
-// Background thread only.
+// Used by the thread running the engine's cycle only (engine.h, "Threading contract"); the GPU
+// executors by the background thread only.
 #pragma once
 
 #include <cstddef>
