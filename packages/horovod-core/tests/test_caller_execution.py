@@ -55,3 +55,33 @@ def test_caller_execution(np_, shared_memory, caller_execution):
             assert caller_cycles > 0, f"rank {rank}: no cycle ran on a waiting caller"
         else:
             assert caller_cycles == 0, f"rank {rank}: {caller_cycles} cycles ran on a caller with caller execution off"
+
+
+def _with_a_process_set():
+    import numpy as np
+    from horovod.common import _core, ops
+    from horovod.common.basics import HorovodBasics
+    from horovod.common.process_sets import ProcessSet
+    from horovod_testing.collectives import SUM
+    basics = HorovodBasics()
+    subset = ProcessSet([0, 1])
+    basics.init(process_sets=[subset])
+    rank, size = basics.rank(), basics.size()
+    for i in range(5):
+        x = np.full(100, rank + 1.0, np.float32)
+        ops.wait(ops.allreduce_async([x], [x], [f"global.{i}"], SUM))
+        np.testing.assert_array_equal(x, np.full(100, size * (size + 1) / 2))
+        if rank in (0, 1):
+            y = np.full(10, rank + 1.0, np.float32)
+            ops.wait(ops.allreduce_async([y], [y], [f"subset.{i}"], SUM, process_set_id=subset.process_set_id))
+            np.testing.assert_array_equal(y, np.full(10, 3.0))
+    caller_cycles = _core.engine_stats()["caller_cycles"]
+    basics.shutdown()
+    return caller_cycles
+
+
+def test_caller_execution_is_off_while_other_process_sets_exist():
+    # The detection of deadlocks across process sets (test_deadlock.py) is only known to work with
+    # the background thread running every cycle, so callers leave the cycles to it then.
+    results = run_ranks(3, _with_a_process_set, timeout=300)
+    assert results == [0, 0, 0], results

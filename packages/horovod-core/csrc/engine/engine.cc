@@ -235,8 +235,12 @@ void Engine::Wake() {
   wake_cv_.notify_one();
 }
 
+bool Engine::CallerExecutionUsable() const {
+  return caller_execution_ && !gpu_submitted_.load(std::memory_order_relaxed) && !sets_->has_other_sets();
+}
+
 bool Engine::ExecuteWhileWaiting(HandleState& state, std::chrono::milliseconds budget) {
-  if (!caller_execution_ || gpu_submitted_.load(std::memory_order_relaxed)) return state.done();
+  if (!CallerExecutionUsable()) return state.done();
   // While callers execute (or wait for the lock to do so), the background thread does not start
   // cycles for them (BackgroundLoop).
   struct Executing {
@@ -249,7 +253,8 @@ bool Engine::ExecuteWhileWaiting(HandleState& state, std::chrono::milliseconds b
   // does not, this caller runs the next one.
   std::unique_lock<std::timed_mutex> lock(cycle_mu_, std::defer_lock);
   if (!lock.try_lock_until(deadline)) return state.done();
-  while (!stopped_ && !state.done()) {
+  // (A GPU tensor submitted or a process set added meanwhile: the cycles go to the background thread.)
+  while (!stopped_ && !state.done() && CallerExecutionUsable()) {
     const auto start = std::chrono::steady_clock::now();
     caller_cycles_.fetch_add(1, std::memory_order_relaxed);
     if (!CycleLocked(start)) {
@@ -339,8 +344,7 @@ void Engine::BackgroundLoop() {
           seen = count;
           last_submission = now;
         }
-        const bool poll = caller_execution_ && !gpu_submitted_.load(std::memory_order_relaxed) &&
-                          now - last_submission < kActiveWindow;
+        const bool poll = CallerExecutionUsable() && now - last_submission < kActiveWindow;
         if (poll) polling_.store(true, std::memory_order_seq_cst);
         const auto until = poll ? std::min<Clock::time_point>(due, now + cycle) : due;
         woken = wake_cv_.wait_until(lock, until, [this] { return wake_; });

@@ -29,8 +29,9 @@
 //   thread goes on. While a rank is busy (it submitted in the last 10 ms), Enqueue does not wake
 //   the background thread: it looks once per cycle time for submitted operations that no caller
 //   waits on (asynchronous gradients) and runs their cycle then. Off for MPI below
-//   MPI_THREAD_SERIALIZED and once a GPU tensor was submitted on this rank (the GPU executors
-//   stay on the background thread).
+//   MPI_THREAD_SERIALIZED, once a GPU tensor was submitted on this rank (the GPU executors stay
+//   on the background thread), and while process sets other than the global one exist (the
+//   detection of deadlocks across sets is only known to work with the background thread).
 // - The cycle ends for good when any rank asked for shutdown (the flag travels with negotiation of
 //   the global set, so every rank stops in the same cycle), when the stall inspector gives up, or
 //   when a backend fails (a peer was lost). Then every queue is closed: pending and later
@@ -165,6 +166,9 @@ class Engine {
   // RunCycle and its bookkeeping, by the thread holding cycle_mu_. A cycle that ends the engine
   // (a shutdown, a failure) sets stopped_ and stop_status_ and returns false.
   bool CycleLocked(std::chrono::steady_clock::time_point start);
+  // Caller execution is on, no GPU tensor was submitted on this rank, and the global set is the
+  // only process set.
+  bool CallerExecutionUsable() const;
   void Wake();
   void RequestShutdown(const std::string& reason);
   void PerformAll(ProcessSet& set, const ResponseList& list);
