@@ -75,6 +75,9 @@ def _with_a_process_set():
             y = np.full(10, rank + 1.0, np.float32)
             ops.wait(ops.allreduce_async([y], [y], [f"subset.{i}"], SUM, process_set_id=subset.process_set_id))
             np.testing.assert_array_equal(y, np.full(10, 3.0))
+    # Rank 2 must not shut down while ranks 0 and 1 still run their last allreduce on the set.
+    z = np.ones(1, np.float32)
+    ops.wait(ops.allreduce_async([z], [z], ["global.last"], SUM))
     caller_cycles = _core.engine_stats()["caller_cycles"]
     basics.shutdown()
     return caller_cycles
