@@ -243,12 +243,12 @@ nb::list Wait(int64_t handle) {
       {
         nb::gil_scoped_release release;
         // Caller execution (engine.h): run the cycles on this thread; when they stop making
-        // progress, wake the background thread and wait. Every 100 ms at most, Ctrl-C is checked.
+        // progress, wake the background thread and wait. Ctrl-C is checked at least every 200 ms.
         if (std::shared_ptr<Engine> e = scope.engine.lock()) {
-          done = e->ExecuteWhileWaiting(*state, std::chrono::milliseconds(100));
-          if (!done) e->NotifyWaiting();
+          done = e->Wait(*state, std::chrono::milliseconds(100));
+        } else {
+          done = state->WaitFor(std::chrono::milliseconds(100));  // the queues were closed: completed
         }
-        if (!done) done = state->WaitFor(std::chrono::milliseconds(100));
       }
       if (done) break;
       if (PyErr_CheckSignals() != 0) throw nb::python_error();

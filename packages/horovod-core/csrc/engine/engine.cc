@@ -178,12 +178,7 @@ int64_t Engine::Enqueue(int32_t process_set_id, std::vector<Request> requests, s
     Status status = CollectiveFor(requests[i].type).CheckRequest(requests[i], entries[i], context);
     if (!status.ok()) throw EngineError(status);
   }
-  RecordReadyEvents(entries, stream);
-  if (!gpu_submitted_.load(std::memory_order_relaxed)) {
-    for (const TensorTableEntry& entry : entries) {
-      if (entry.input.device != kCpuDevice) gpu_submitted_.store(true);
-    }
-  }
+  if (RecordReadyEvents(entries, stream)) gpu_submitted_.store(true, std::memory_order_relaxed);
   const FlightRecorder::Id recorded = recorder_->Submitted(requests, process_set_id);
   if (recorded != 0) {
     for (size_t i = 0; i < entries.size(); ++i) entries[i].flight_id = recorded + i;
@@ -209,12 +204,7 @@ int64_t Engine::Enqueue(int32_t process_set_id, std::vector<Request> requests, s
   }
   submissions_.fetch_add(1, std::memory_order_seq_cst);
   // The background thread counts instead (a burst), or polls the queues now (caller execution).
-  if (coalescing_.load(std::memory_order_seq_cst) || polling_.load(std::memory_order_seq_cst)) return handle;
-  {
-    std::lock_guard<std::mutex> lock(wake_mu_);
-    wake_ = true;
-  }
-  wake_cv_.notify_one();
+  if (!coalescing_.load(std::memory_order_seq_cst) && !polling_.load(std::memory_order_seq_cst)) Wake();
   return handle;
 }
 
@@ -272,6 +262,12 @@ bool Engine::ExecuteWhileWaiting(HandleState& state, std::chrono::milliseconds b
   return state.done();
 }
 
+bool Engine::Wait(HandleState& state, std::chrono::milliseconds budget) {
+  if (ExecuteWhileWaiting(state, budget)) return true;
+  NotifyWaiting();
+  return state.WaitFor(budget);
+}
+
 void Engine::WaitStarted(int32_t process_set_id) {
   if (std::shared_ptr<ProcessSet> set = sets_->Find(process_set_id)) ++set->waiters;
 }
@@ -297,11 +293,7 @@ void Engine::RequestShutdown(const std::string& reason) {
     if (shutdown_reason_.empty()) shutdown_reason_ = reason;
   }
   shutdown_requested_ = true;
-  {
-    std::lock_guard<std::mutex> lock(wake_mu_);
-    wake_ = true;
-  }
-  wake_cv_.notify_one();
+  Wake();
 }
 
 void Engine::Shutdown() {
@@ -315,7 +307,7 @@ void Engine::BackgroundLoop() {
   bool again = false;
   int idle = 0;  // consecutive cycles that had nothing to do on this rank
   // Caller execution: when this rank last submitted something (as seen from this thread).
-  uint64_t seen = submissions_.load();
+  uint64_t submissions_seen = submissions_.load();
   auto last_submission = Clock::now() - kActiveWindow;
   while (true) {
     // Read every cycle: autotune changes it (ApplyParameters).
@@ -326,11 +318,12 @@ void Engine::BackgroundLoop() {
       // batch, and its own submissions wake it at once. Its cycles only let the others notice a
       // shutdown or a stall, which takes a few milliseconds longer instead of costing a tenth of
       // a core per process while idle.
+      // The periodic cycle is due this long after the last cycle of any thread (a caller's count too).
+      auto due = [&] {
+        return Clock::time_point(Clock::duration(last_cycle_start_.load())) + cycle * (1 << std::min(idle, 4));
+      };
       std::unique_lock<std::mutex> lock(wake_mu_);
       while (!again) {
-        // (Counted from the last cycle of any thread: a caller's cycles count too.)
-        const auto due =
-            Clock::time_point(Clock::duration(last_cycle_start_.load())) + cycle * (1 << std::min(idle, 4));
         // With caller execution, a submission does not wake this thread while the rank is busy
         // (it submitted in the last kActiveWindow): the caller usually waits right away and runs
         // the cycle itself, and waking this thread for every operation would take a core from
@@ -340,19 +333,16 @@ void Engine::BackgroundLoop() {
         // for them. A caller that waits without running the cycle itself wakes it (NotifyWaiting).
         const uint64_t count = submissions_.load(std::memory_order_seq_cst);
         const auto now = Clock::now();
-        if (count != seen) {
-          seen = count;
+        if (count != submissions_seen) {
+          submissions_seen = count;
           last_submission = now;
         }
         const bool poll = CallerExecutionUsable() && now - last_submission < kActiveWindow;
         if (poll) polling_.store(true, std::memory_order_seq_cst);
-        const auto until = poll ? std::min<Clock::time_point>(due, now + cycle) : due;
+        const auto until = poll ? std::min<Clock::time_point>(due(), now + cycle) : due();
         woken = wake_cv_.wait_until(lock, until, [this] { return wake_; });
         polling_.store(false, std::memory_order_seq_cst);
-        if (woken || Clock::now() >= Clock::time_point(Clock::duration(last_cycle_start_.load())) +
-                                         cycle * (1 << std::min(idle, 4))) {
-          break;
-        }
+        if (woken || Clock::now() >= due()) break;
         lock.unlock();
         woken = callers_executing_.load(std::memory_order_seq_cst) == 0 && sets_->AnyWaiting() &&
                 !sets_->AnyCallerWaiting();

@@ -22,11 +22,11 @@
 // - The background thread runs a cycle at least every HOROVOD_CYCLE_TIME ms since the last cycle
 //   of any thread (sooner when work is enqueued or a caller waits; less often while idle).
 // - Caller execution (HOROVOD_CALLER_EXECUTION, on by default): a caller about to block on an
-//   unfinished handle first tries to take cycle_mu_ and runs the cycles itself until its handle is
-//   done (ExecuteWhileWaiting). This saves the two thread hand-offs (wake the background thread,
-//   wake the caller) that otherwise dominate a small synchronous collective. When the lock is
-//   taken, or the caller's cycles stop making progress, the caller waits and the background
-//   thread goes on. While a rank is busy (it submitted in the last 10 ms), Enqueue does not wake
+//   unfinished handle takes cycle_mu_ (waiting for another thread's cycle to end) and runs the
+//   cycles itself until its handle is done (ExecuteWhileWaiting, through Wait). This saves the
+//   two thread hand-offs (wake the background thread, wake the caller) that otherwise dominate a
+//   small synchronous collective. When the caller's cycles stop making progress, it wakes the
+//   background thread, which goes on, and waits. While a rank is busy (it submitted in the last 10 ms), Enqueue does not wake
 //   the background thread: it looks once per cycle time for submitted operations that no caller
 //   waits on (asynchronous gradients) and runs their cycle then. Off for MPI below
 //   MPI_THREAD_SERIALIZED, once a GPU tensor was submitted on this rank (the GPU executors stay
@@ -106,6 +106,11 @@ class Engine {
   // not, the caller calls NotifyWaiting and waits. Never throws: a failure in a cycle ends the
   // engine exactly as on the background thread (every pending operation fails with the reason).
   bool ExecuteWhileWaiting(HandleState& state, std::chrono::milliseconds budget);
+  // How a caller waits on the unfinished handle `state` (between WaitStarted and WaitEnded), in
+  // rounds of `budget`: ExecuteWhileWaiting, and when the handle is not done, NotifyWaiting and a
+  // wait of up to `budget` for another thread to complete it. Returns whether the handle is done;
+  // a caller that waits longer calls it again.
+  bool Wait(HandleState& state, std::chrono::milliseconds budget);
   // Brackets a caller's blocking wait on an unfinished handle of set `process_set_id`: while some
   // caller waits, this rank counts as waiting on the set (deadlock detection, controller.h).
   void WaitStarted(int32_t process_set_id);

@@ -79,7 +79,8 @@ class Executors {
 // Caller's thread, at enqueue: for GPU tensors, records on the framework's `stream` the event the
 // background thread waits for before reading them (loading the NCCL plugin on first use). Throws
 // EngineError(PRECONDITION_ERROR) when GPU tensors cannot be used. Nothing happens for CPU tensors.
-void RecordReadyEvents(std::vector<TensorTableEntry>& entries, intptr_t stream);
+// Returns whether any entry is on a GPU.
+bool RecordReadyEvents(std::vector<TensorTableEntry>& entries, intptr_t stream);
 
 // The executors themselves (cpu_executor.cc, gpu_executor.cc). `gpu`: the NCCL plugin's
 // operations; `batched_copies`: HOROVOD_BATCH_D2D_MEMCOPIES.

@@ -36,9 +36,11 @@ DeviceExecutor& Executors::For(ProcessSet& set, int32_t device, const std::vecto
   return *executor;
 }
 
-void RecordReadyEvents(std::vector<TensorTableEntry>& entries, intptr_t stream) {
+bool RecordReadyEvents(std::vector<TensorTableEntry>& entries, intptr_t stream) {
+  bool any = false;
   for (TensorTableEntry& entry : entries) {
     if (entry.input.device == kCpuDevice) continue;
+    any = true;
     std::string why;
     GpuOps* gpu = LoadGpuOps(&why);
     if (gpu == nullptr) {
@@ -51,6 +53,7 @@ void RecordReadyEvents(std::vector<TensorTableEntry>& entries, intptr_t stream) 
       throw EngineError(Status::PreconditionError(e.what()));
     }
   }
+  return any;
 }
 
 void Executors::Release() {

@@ -94,13 +94,11 @@ std::shared_ptr<HandleState> SubmitAndWait(Engine& engine, std::vector<Request> 
                                            std::vector<TensorTableEntry> entries, int32_t process_set_id) {
   const int64_t handle = engine.Enqueue(process_set_id, std::move(requests), std::move(entries));
   std::shared_ptr<HandleState> state = engine.GetHandle(handle);
-  // As the Python binding waits (bindings.cc, Wait): caller execution first, then the background thread.
+  // As the Python binding waits (bindings.cc): Engine::Wait in rounds of 100 ms.
   engine.WaitStarted(process_set_id);
-  bool done = engine.ExecuteWhileWaiting(*state, std::chrono::milliseconds(100));
-  if (!done) {
-    engine.NotifyWaiting();
-    done = state->WaitFor(std::chrono::duration_cast<std::chrono::milliseconds>(kRankTimeout));
-  }
+  const auto deadline = std::chrono::steady_clock::now() + kRankTimeout;
+  bool done = false;
+  while (!done && std::chrono::steady_clock::now() < deadline) done = engine.Wait(*state, std::chrono::milliseconds(100));
   engine.WaitEnded(process_set_id);
   engine.ReleaseHandle(handle);
   if (!done) throw std::runtime_error("handle " + std::to_string(handle) + " did not finish in time");
