@@ -48,6 +48,12 @@ class CudaAdapter(TorchAdapter):
         assert tensor.is_cuda, f'expected a CUDA result, got one on {tensor.device}'
         return super().to_numpy(tensor.cpu())
 
+    def splits_to_numpy(self, received_splits):
+        # spec torch.md: alltoall's received splits are an int32 CPU tensor, whatever the device.
+        assert not received_splits.is_cuda and received_splits.dtype == torch.int32, \
+            f'expected int32 CPU received splits, got {received_splits.dtype} on {received_splits.device}'
+        return super().to_numpy(received_splits)
+
 
 @pytest.mark.parametrize('np_', [1, 2])
 def test_gpu_collective_suite(np_):
