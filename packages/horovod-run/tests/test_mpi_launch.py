@@ -178,6 +178,37 @@ def test_horovod_job_over_mpi(tmp_path, controller_flags):
                                % (rank, rank, [3.0] * 5)], run.stdout
 
 
+# mpi4py first: MPI_Init under horovodrun's mpirun loads the system's libnl into the process before
+# the core's own copy (vendored through Gloo's libibverbs) is loaded.
+MPI4PY_FIRST_WORKER = textwrap.dedent("""
+    from mpi4py import MPI
+    import numpy as np
+    from horovod.common import ops
+    from horovod.common.basics import HorovodBasics
+
+    hvd = HorovodBasics()
+    hvd.init()
+    x = np.full(3, hvd.rank() + 1, dtype=np.float32)
+    ops.wait(ops.allreduce_async([x], [x], ["allreduce.x"], hvd.Sum))
+    print("rank %d horovod %s mpi4py %d" % (hvd.rank(), x.tolist(), MPI.COMM_WORLD.allreduce(hvd.rank() + 1)),
+          flush=True)
+    hvd.shutdown()
+""")
+
+
+@needs_mpirun
+@needs_mpi_core
+def test_job_importing_mpi4py_first_exits_cleanly(tmp_path):
+    # It used to crash at exit (SIGSEGV in libnl's rtnl_tc_unregister, exit status 139) after the
+    # work was done: ci/bind_vendored_libs.py.
+    worker = _script(tmp_path, "w.py", MPI4PY_FIRST_WORKER)
+    run = _run([sys.executable, "-m", "horovod.runner.launch", "--mpi", "-np", "2", sys.executable, worker])
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = _rank_lines(run.stdout)
+    for rank in range(2):
+        assert lines[rank] == [f"rank {rank} horovod [3.0, 3.0, 3.0] mpi4py 3"], run.stdout
+
+
 @needs_mpirun
 @needs_mpi_core
 def test_digits_example_over_mpi(tmp_path):
