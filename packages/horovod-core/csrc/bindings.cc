@@ -145,6 +145,31 @@ int64_t EnqueueAllreduce(const nb::sequence& inputs, const nb::sequence& outputs
   return Submit(process_set_id, std::move(requests), std::move(entries), stream);
 }
 
+// One tensor, the call a training step makes per gradient: EnqueueAllreduce of one-element lists,
+// without the lists and with each field built once (the name, the shape and the views are moved,
+// not copied, where the request and the table entry do not both need them).
+int64_t EnqueueAllreduceOne(nb::handle input, nb::handle output, std::string name, int32_t op, double prescale,
+                            double postscale, int32_t process_set_id, intptr_t stream) {
+  TensorView in = ToTensorView(input, "allreduce input");
+  TensorView out = output.is(input) ? in : ToTensorView(output, "allreduce output");
+  const ReduceOp reduce_op = ToReduceOp(op);
+  std::vector<Request> requests(1);
+  Request& request = requests[0];
+  request.type = reduce_op == ReduceOp::ADASUM ? OpType::ADASUM : OpType::ALLREDUCE;
+  request.dtype = in.dtype;
+  request.name = name;
+  request.shape = in.shape;
+  request.device = in.device;
+  request.reduce_op = reduce_op;
+  request.prescale_factor = prescale;
+  request.postscale_factor = postscale;
+  std::vector<TensorTableEntry> entries(1);
+  entries[0].name = std::move(name);
+  entries[0].input = std::move(in);
+  entries[0].output = std::move(out);
+  return Submit(process_set_id, std::move(requests), std::move(entries), stream);
+}
+
 int64_t EnqueueAllgather(const nb::sequence& inputs, const std::vector<std::string>& names, int32_t process_set_id,
                          intptr_t stream) {
   std::vector<TensorView> in = ToTensorViews(inputs, "allgather input");
@@ -389,6 +414,10 @@ NB_MODULE(_core, m) {
   m.def("enqueue_allreduce", &EnqueueAllreduce, nb::arg("inputs"), nb::arg("outputs"), nb::arg("names"),
         nb::arg("op"), nb::arg("prescale_factor"), nb::arg("postscale_factor"), nb::arg("process_set_id"),
         nb::arg("stream") = 0, "Queues an allreduce (or Adasum) of `inputs` into `outputs`; returns its handle.");
+  m.def("enqueue_allreduce_one", &EnqueueAllreduceOne, nb::arg("input"), nb::arg("output"), nb::arg("name"),
+        nb::arg("op"), nb::arg("prescale_factor"), nb::arg("postscale_factor"), nb::arg("process_set_id"),
+        nb::arg("stream") = 0,
+        "enqueue_allreduce of one tensor (`output` may be `input`: in place); returns its handle.");
   m.def("enqueue_allgather", &EnqueueAllgather, nb::arg("inputs"), nb::arg("names"), nb::arg("process_set_id"),
         nb::arg("stream") = 0, "Queues an allgather of `inputs`; returns its handle.");
   m.def("enqueue_broadcast", &EnqueueBroadcast, nb::arg("tensors"), nb::arg("names"), nb::arg("root_rank"),

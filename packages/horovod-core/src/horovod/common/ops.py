@@ -122,6 +122,17 @@ def allreduce_async(inputs, outputs, names, op, prescale_factor=1.0, postscale_f
     return handle
 
 
+def allreduce_one_async(input, output, name, op, prescale_factor=1.0, postscale_factor=1.0, process_set_id=0,
+                        stream=0, context=None):
+    """``allreduce_async([input], [output], [name], ...)`` without the lists: one tensor, the call
+    a training step makes per gradient (issue 23: about 0.3 us less per call). ``output`` may be
+    ``input`` itself (in place; the core then imports it once). ``wait`` returns ``[None]``."""
+    handle = _core.enqueue_allreduce_one(input, output, name, op, prescale_factor, postscale_factor,
+                                         process_set_id, stream)
+    _in_flight[handle] = ((input, output), context)
+    return handle
+
+
 def allgather_async(inputs, names, process_set_id=0, stream=0, context=None):
     """Queues an allgather of each input (a group when there are several): the ranks' tensors
     concatenated along dimension 0 in set-rank order (first dimensions may differ between ranks;
