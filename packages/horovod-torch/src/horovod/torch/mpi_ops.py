@@ -647,7 +647,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     """
     _check_tensor_list(tensors, _REDUCE_DTYPES, 'grouped_reducescatter')
     return _submit_reducescatter('grouped_reducescatter', list(tensors), name, op,
-                                 prescale_factor, postscale_factor, process_set)
+                                 prescale_factor, postscale_factor, process_set, grouped=True)
 
 
 def join(device=-1):
