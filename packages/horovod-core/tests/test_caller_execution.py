@@ -83,8 +83,8 @@ def _with_a_process_set():
     return caller_cycles
 
 
-def test_caller_execution_is_off_while_other_process_sets_exist():
-    # The detection of deadlocks across process sets (test_deadlock.py) is only known to work with
-    # the background thread running every cycle, so callers leave the cycles to it then.
+def test_caller_execution_with_a_process_set():
+    # Callers run cycles with another process set registered too (each cycle negotiates every set
+    # of the rank), and both sets' results are right; the deadlock across sets is test_deadlock.py's.
     results = run_ranks(3, _with_a_process_set, timeout=300)
-    assert results == [0, 0, 0], results
+    assert all(caller_cycles > 0 for caller_cycles in results), results

@@ -81,6 +81,16 @@ bool Controller::EveryRankWaitsOnPending(const std::vector<bool>& waiting) const
 }
 
 std::vector<Response> Controller::FailDeadlock(std::chrono::steady_clock::time_point now, bool across_sets) {
+  // Across sets, what fails is what the ranks were stuck on. A tensor that first arrived in this
+  // very round was submitted by a rank that the verdict freed a moment ago (the global set fails
+  // its tensors first, in the same cycle, and its ranks' callers may submit to this set before its
+  // negotiation), so it stays pending: failing it would fail the operation that follows the
+  // deadlock, and rank 0 (here, say) would then wait for it alone.
+  std::vector<std::string> names;
+  for (const std::string& name : arrival_order_) {
+    if (!across_sets || pending_.at(name).first_seen < now) names.push_back(name);
+  }
+  if (names.empty()) return {};
   const int size = backend_.size();
   std::ostringstream msg;
   if (across_sets) {
@@ -102,7 +112,7 @@ std::vector<Response> Controller::FailDeadlock(std::chrono::steady_clock::time_p
     msg << " waits on ";
     separator = "; ";
     size_t shown = 0;
-    for (const std::string& name : arrival_order_) {
+    for (const std::string& name : names) {
       const PendingTensor& tensor = pending_.at(name);
       const Request* own = nullptr;
       for (const Request& r : tensor.requests) {
@@ -126,7 +136,6 @@ std::vector<Response> Controller::FailDeadlock(std::chrono::steady_clock::time_p
     }
     if (shown == 0) msg << "an operation of another process set";  // (only across sets)
   }
-  std::vector<std::string> names = arrival_order_;
   return FailPending(names, msg.str(), now);
 }
 

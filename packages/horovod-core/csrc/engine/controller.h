@@ -114,7 +114,8 @@ class Controller {
   std::vector<Response> FailPending(const std::vector<std::string>& names, const std::string& message,
                                     std::chrono::steady_clock::time_point now);
   // Coordinator: the ERROR responses failing every pending tensor, which it forgets.
-  // `across_sets`: the verdict came from the whole job being stuck (job_deadlocked), not from this set.
+  // `across_sets`: the verdict came from the whole job being stuck (job_deadlocked), not from this
+  // set; tensors that first arrived in this round (at `now`) are not failed then.
   std::vector<Response> FailDeadlock(std::chrono::steady_clock::time_point now, bool across_sets = false);
 
   Communicator& backend_;

@@ -226,7 +226,7 @@ void Engine::Wake() {
 }
 
 bool Engine::CallerExecutionUsable() const {
-  return caller_execution_ && !gpu_submitted_.load(std::memory_order_relaxed) && !sets_->has_other_sets();
+  return caller_execution_ && !gpu_submitted_.load(std::memory_order_relaxed);
 }
 
 bool Engine::ExecuteWhileWaiting(HandleState& state, std::chrono::milliseconds budget) {
@@ -243,7 +243,7 @@ bool Engine::ExecuteWhileWaiting(HandleState& state, std::chrono::milliseconds b
   // does not, this caller runs the next one.
   std::unique_lock<std::timed_mutex> lock(cycle_mu_, std::defer_lock);
   if (!lock.try_lock_until(deadline)) return state.done();
-  // (A GPU tensor submitted or a process set added meanwhile: the cycles go to the background thread.)
+  // (A GPU tensor submitted meanwhile: the cycles go to the background thread.)
   while (!stopped_ && !state.done() && CallerExecutionUsable()) {
     const auto start = std::chrono::steady_clock::now();
     caller_cycles_.fetch_add(1, std::memory_order_relaxed);

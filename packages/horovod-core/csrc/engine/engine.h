@@ -171,8 +171,7 @@ class Engine {
   // RunCycle and its bookkeeping, by the thread holding cycle_mu_. A cycle that ends the engine
   // (a shutdown, a failure) sets stopped_ and stop_status_ and returns false.
   bool CycleLocked(std::chrono::steady_clock::time_point start);
-  // Caller execution is on, no GPU tensor was submitted on this rank, and the global set is the
-  // only process set.
+  // Caller execution is on and no GPU tensor was submitted on this rank.
   bool CallerExecutionUsable() const;
   void Wake();
   void RequestShutdown(const std::string& reason);

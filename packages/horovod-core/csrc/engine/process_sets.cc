@@ -54,7 +54,6 @@ void ProcessSetRegistry::CreateGlobal(std::unique_ptr<Communicator> communicator
   set->controller = std::make_unique<Controller>(*set->communicator, set->ranks, config_, timeline_, 0);
   std::lock_guard<std::mutex> lock(mu_);
   sets_[0] = std::move(set);
-  count_.store(sets_.size());
 }
 
 namespace {
@@ -117,7 +116,6 @@ void ProcessSetRegistry::Create(int32_t id, const std::vector<int>& ranks) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   sets_[id] = std::move(set);
-  count_.store(sets_.size());
 }
 
 int64_t ProcessSetRegistry::Add(const std::vector<int>& ranks) {
@@ -146,7 +144,6 @@ int64_t ProcessSetRegistry::Remove(int32_t id) {
     if (id == 0 || it == sets_.end()) return -1;
     set = it->second;
     sets_.erase(it);
-    count_.store(sets_.size());
   }
   Status removed = Status::PreconditionError("Process set " + std::to_string(id) +
                                              " was removed while this operation was pending on it.");

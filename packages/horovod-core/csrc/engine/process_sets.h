@@ -75,8 +75,6 @@ class ProcessSetRegistry {
   std::vector<std::shared_ptr<ProcessSet>> Members();
   // Whether any set this rank belongs to has operations waiting.
   bool AnyWaiting();
-  // Whether sets other than the global one are registered (any thread, lock-free).
-  bool has_other_sets() const { return count_.load(std::memory_order_relaxed) > 1; }
   // Whether a caller of this rank is blocked waiting on an operation of any set.
   bool AnyCallerWaiting();
 
@@ -90,7 +88,6 @@ class ProcessSetRegistry {
   std::function<void(Controller&)> configure_;
   std::mutex mu_;  // guards the map (members are used by the thread running the cycle only)
   std::map<int32_t, std::shared_ptr<ProcessSet>> sets_;
-  std::atomic<size_t> count_{0};  // sets_.size()
   std::deque<int32_t> free_ids_;  // removed ids, reused oldest-freed first
   int32_t next_id_ = 1;
   int64_t sets_created_ = 0;  // names each set's rendezvous keys

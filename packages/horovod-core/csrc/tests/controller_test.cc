@@ -239,6 +239,44 @@ TEST_P(Agreement, ShutdownOfOneRankReachesEveryRank) {
   }
 }
 
+// A deadlock across process sets, as a set other than the global one sees it: the global set's
+// verdict (job_deadlocked) fails what this set's ranks were stuck on, but not an operation that
+// first arrives in the verdict's own round, which a rank freed by the global set's failure in the
+// same cycle submitted; it completes once the other rank submits it too.
+TEST_P(Agreement, DeadlockAcrossSetsSparesWhatArrivesWithTheVerdict) {
+  const int size = GetParam();
+  std::vector<std::vector<ResponseList>> lists(size);
+  RunBackends(size, false, [&](int rank, Communicator& backend) {
+    std::vector<int> ranks(size);
+    for (int r = 0; r < size; ++r) ranks[r] = r;
+    Config config;
+    Controller controller(backend, ranks, config, nullptr, /*set_id=*/1);
+    auto cycle = [&](std::vector<Request> requests, bool job_deadlocked) {
+      lists[rank].push_back(controller.ComputeResponseList(std::move(requests), false, "", /*waiting=*/true,
+                                                           /*stuck=*/false, job_deadlocked));
+    };
+    // Rank 0 waits on "stuck", which the others never submit.
+    cycle(rank == 0 ? std::vector<Request>{Allreduce("stuck")} : std::vector<Request>{}, false);
+    // The verdict's cycle: the other ranks, freed elsewhere, submit "after" in it.
+    cycle(rank == 0 ? std::vector<Request>{} : std::vector<Request>{Allreduce("after")}, true);
+    // Rank 0, its "stuck" failed, submits "after" too.
+    cycle(rank == 0 ? std::vector<Request>{Allreduce("after")} : std::vector<Request>{}, false);
+  });
+  for (int rank = 0; rank < size; ++rank) {
+    EXPECT_TRUE(lists[rank][0].responses.empty()) << "rank " << rank;
+    ASSERT_EQ(lists[rank][1].responses.size(), 1u) << "rank " << rank;
+    const Response& verdict = lists[rank][1].responses[0];
+    EXPECT_EQ(verdict.type, OpType::ERROR);
+    EXPECT_EQ(verdict.names, std::vector<std::string>{"stuck"});
+    EXPECT_NE(verdict.error_message.find("Deadlock across process sets"), std::string::npos) << verdict.error_message;
+    EXPECT_NE(verdict.error_message.find("in process set 1: rank 0 waits on stuck"), std::string::npos)
+        << verdict.error_message;
+    ASSERT_EQ(lists[rank][2].responses.size(), 1u) << "rank " << rank;
+    EXPECT_EQ(lists[rank][2].responses[0].type, OpType::ALLREDUCE) << lists[rank][2].responses[0].error_message;
+    EXPECT_EQ(lists[rank][2].responses[0].names, std::vector<std::string>{"after"});
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, Agreement, ::testing::Values(2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& info) { return "np" + std::to_string(info.param); });
 
