@@ -29,9 +29,9 @@
 //   background thread, which goes on, and waits. While a rank is busy (it submitted in the last 10 ms), Enqueue does not wake
 //   the background thread: it looks once per cycle time for submitted operations that no caller
 //   waits on (asynchronous gradients) and runs their cycle then. Off for MPI below
-//   MPI_THREAD_SERIALIZED, once a GPU tensor was submitted on this rank (the GPU executors stay
-//   on the background thread), and while process sets other than the global one exist (the
-//   detection of deadlocks across sets is only known to work with the background thread).
+//   MPI_THREAD_SERIALIZED and once a GPU tensor was submitted on this rank (the GPU executors stay
+//   on the background thread). Process sets make no difference: a cycle negotiates the global
+//   set, then every other set of the rank, whichever thread runs it.
 // - The cycle ends for good when any rank asked for shutdown (the flag travels with negotiation of
 //   the global set, so every rank stops in the same cycle), when the stall inspector gives up, or
 //   when a backend fails (a peer was lost). Then every queue is closed: pending and later

@@ -183,20 +183,33 @@ _increment_versions = _pick_increment_versions()
 
 
 def _submit_allreduce(prefix, inputs, outputs, average, name, op, prescale_factor,
-                      postscale_factor, process_set):
-    # A grouped allreduce (outputs None: in place). Only the helpers the arguments need are called
-    # (issue 23); a single tensor goes through _submit_allreduce_one.
+                      postscale_factor, process_set, grouped):
+    # The hot path of every training step (one call per gradient): plain local operations only,
+    # and the helpers called only where the common case needs them (issue 23). `grouped`: inputs
+    # and outputs are lists; otherwise each is one tensor, submitted through the core's
+    # single-tensor entry (no lists on either side). outputs None: in place.
     if op is None or average is not None:
         op = handle_average_backwards_compatibility(op, average)
-    set_id = _process_set_id(process_set)
+    set_id = 0 if process_set is global_process_set else _process_set_id(process_set)
     if type(prescale_factor) is not float or type(postscale_factor) is not float:
         prescale_factor, postscale_factor = float(prescale_factor), float(postscale_factor)
     if op not in _REDUCE_OPS:
         _check_reduce_op(op, process_set)  # Adasum's conditions, or the error for an unknown op
+    if not grouped:
+        exported = _export(inputs)
+        if outputs is None:
+            outputs = inputs
+            exported_output = exported
+        else:
+            exported_output = _export(outputs)
+        stream = _stream((inputs,)) if inputs.is_cuda else 0
+        return _ops.allreduce_one_async(exported, exported_output, _ops.op_name(prefix, name, set_id), op,
+                                        prescale_factor, postscale_factor, set_id, stream,
+                                        context=((inputs,), outputs))
     names = _ops.op_names(prefix, name, set_id, len(inputs))
     exported = [_export(t) for t in inputs]
-    # outputs None: in place, the engine writes into the inputs themselves (the same objects are
-    # passed as outputs, which the core imports once).
+    # In place, the engine writes into the inputs themselves (the same objects are passed as
+    # outputs, which the core imports once).
     if outputs is None:
         given = inputs
         exported_outputs = exported
@@ -206,29 +219,6 @@ def _submit_allreduce(prefix, inputs, outputs, average, name, op, prescale_facto
     stream = _stream(inputs) if inputs[0].is_cuda else 0
     return _ops.allreduce_async(exported, exported_outputs, names, op, prescale_factor, postscale_factor,
                                 set_id, stream, context=(tuple(inputs), given))
-
-
-def _submit_allreduce_one(tensor, output, average, name, op, prescale_factor, postscale_factor,
-                          process_set):
-    # _submit_allreduce for one tensor (output None: in place), through the core's single-tensor
-    # entry: no lists are built on either side (issue 23, the submission cost per gradient).
-    if op is None or average is not None:
-        op = handle_average_backwards_compatibility(op, average)
-    set_id = 0 if process_set is global_process_set else _process_set_id(process_set)
-    if type(prescale_factor) is not float or type(postscale_factor) is not float:
-        prescale_factor, postscale_factor = float(prescale_factor), float(postscale_factor)
-    if op not in _REDUCE_OPS:
-        _check_reduce_op(op, process_set)  # Adasum's conditions, or the error for an unknown op
-    exported = _export(tensor)
-    if output is None:
-        output = tensor
-        exported_output = exported
-    else:
-        exported_output = _export(output)
-    stream = _stream((tensor,)) if tensor.is_cuda else 0
-    return _ops.allreduce_one_async(exported, exported_output, _ops.op_name('allreduce', name, set_id), op,
-                                    prescale_factor, postscale_factor, set_id, stream,
-                                    context=((tensor,), output))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -267,8 +257,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """
     _check_tensor(tensor, _REDUCE_DTYPES, 'allreduce')
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    return _submit_allreduce_one(tensor, output, average, name, op, prescale_factor, postscale_factor,
-                                 process_set)
+    return _submit_allreduce('allreduce', tensor, output, average, name, op, prescale_factor,
+                             postscale_factor, process_set, grouped=False)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -279,8 +269,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     into ``tensor`` itself; :func:`synchronize` returns ``tensor``.
     """
     _check_tensor(tensor, _REDUCE_DTYPES, 'allreduce')
-    return _submit_allreduce_one(tensor, None, average, name, op, prescale_factor, postscale_factor,
-                                 process_set)
+    return _submit_allreduce('allreduce', tensor, None, average, name, op, prescale_factor,
+                             postscale_factor, process_set, grouped=False)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -320,7 +310,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     _check_tensor_list(tensors, _REDUCE_DTYPES, 'grouped_allreduce')
     outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
     return _submit_allreduce('grouped_allreduce', list(tensors), outputs, average, name, op,
-                             prescale_factor, postscale_factor, process_set)
+                             prescale_factor, postscale_factor, process_set, grouped=True)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -332,7 +322,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     """
     _check_tensor_list(tensors, _REDUCE_DTYPES, 'grouped_allreduce')
     return _submit_allreduce('grouped_allreduce', list(tensors), None, average, name,
-                             op, prescale_factor, postscale_factor, process_set)
+                             op, prescale_factor, postscale_factor, process_set, grouped=True)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
