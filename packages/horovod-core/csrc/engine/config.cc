@@ -84,7 +84,7 @@ const std::vector<Knob>& Knobs() {
        DOUBLE_KNOB("HOROVOD_GLOO_TIMEOUT_SECONDS", gloo_timeout_seconds, 0.001)},
       {"HOROVOD_GLOO_BUSY_POLL", "auto",
        "how Gloo's collectives wait for a peer's message: 1 polls the socket, 0 sleeps until data arrives, auto "
-       "polls for up to 50 microseconds first when this host has a CPU per rank",
+       "polls for up to 200 microseconds first when this host has a CPU per rank",
        [](Config& c, const std::string& v) { c.gloo_busy_poll = OneOf("HOROVOD_GLOO_BUSY_POLL", v, {"auto", "0", "1"}); }},
       // Empty, the documented default, means unset: the backend is chosen as engine.h says.
       {"HOROVOD_CONTROLLER", "", "negotiation transport: gloo or mpi",

@@ -11,8 +11,8 @@
 namespace horovod {
 
 namespace {
-// How long HOROVOD_GLOO_BUSY_POLL=auto polls before sleeping.
-constexpr std::chrono::microseconds kGlooSpin{50};
+// How long HOROVOD_GLOO_BUSY_POLL=auto polls (yielding the core between polls) before sleeping.
+constexpr std::chrono::microseconds kGlooSpin{200};
 }  // namespace
 
 BackendOptions CommunicatorOptions(const Config& config, Store* store, const std::string& key_prefix) {

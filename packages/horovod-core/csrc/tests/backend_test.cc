@@ -139,8 +139,9 @@ TEST_P(Backends, SplitMakesASubCommunicator) {
 }
 
 // Gloo's synchronous mesh (gloo_backend.cc), sleeping, polling for 50 us first, and polling:
-// messages of several 128 KiB
-// pieces, and allreduces on both sides of its one-step limit (32 KiB), over several rounds, and
+// messages of several 128 KiB pieces, messages on both sides of the staged/direct limit (4 KiB:
+// 1023 and 1024 floats, a framed message whose last piece is staged), and allreduces on both
+// sides of its one-step limit (32 KiB), over several rounds, and
 // (at three and four ranks) the ring: every rank ends with the same bits, which are those of the
 // reduction in rank order, left to right, except in the ring.
 class GlooSyncMesh : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
@@ -150,7 +151,7 @@ TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
   const int n = std::get<1>(GetParam());
   auto store = std::make_shared<MemoryStore>();
   auto value = [](int rank, int64_t i) { return 1.0f / static_cast<float>(3 + (i * 7 + rank * 13) % 101); };
-  const std::vector<int64_t> counts{1, 8192, 8193, 32768 * 3 + 5, 300001};
+  const std::vector<int64_t> counts{1, 1023, 1024, 8192, 8193, 32768 * 3 + 5, 300001};
   const int64_t one_round = 32768 * n;  // 128 KiB of float32 per rank
   std::vector<std::vector<std::vector<float>>> results(n);
   testing::RunRanks(n, [&](int rank) {
@@ -180,6 +181,14 @@ TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
     auto gathered = backend->Gatherv(mine, root);
     if (rank == root) {
       for (int r = 0; r < n; ++r) ASSERT_EQ(gathered[r], std::vector<char>(300000 + r, static_cast<char>('a' + r)));
+    }
+    // A frame's first message holds 4088 bytes; then one of 128 KiB and a staged one of 100 + rank.
+    std::vector<char> odd(4088 + 131072 + 100 + rank, static_cast<char>('A' + rank));
+    auto gathered_odd = backend->Gatherv(odd, root);
+    if (rank == root) {
+      for (int r = 0; r < n; ++r) {
+        ASSERT_EQ(gathered_odd[r], std::vector<char>(4088 + 131072 + 100 + r, static_cast<char>('A' + r)));
+      }
     }
     std::vector<char> bytes;
     if (rank == root) bytes.assign(400000, 'z');

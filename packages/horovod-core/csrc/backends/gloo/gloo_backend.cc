@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -34,15 +35,26 @@ constexpr uint8_t kPeerSlotPrefix = 0x69;
 
 // The largest message the synchronous mesh sends in one piece. A rank may have two such messages
 // unread by a peer (see SyncMesh): Gloo sizes the socket's send buffer to the message (Linux then
-// doubles it), and the peer's receive buffer (128 KiB at least) holds more, so neither writer
-// blocks on the other. Measured between two hosts of the test bed (np=2, busy polling), 64 KiB
-// to 4 MiB allreduces ran fastest with 128 KiB; 256 KiB took up to 3 times as long, and 64 KiB
-// messages sometimes stalled for milliseconds.
+// doubles it, up to twice net.core.wmem_max, 208 KiB by default), and the peer's receive buffer
+// (128 KiB at least) holds more, so neither writer blocks on the other. Measured between two hosts
+// of the test bed (np=2, busy polling), 64 KiB to 4 MiB allreduces ran fastest with 128 KiB;
+// 256 KiB took up to 3 times as long, and 64 KiB messages sometimes stalled for milliseconds. With
+// the direct messages below, 512 KiB made 1 MiB allreduces about 10 % faster there, but two such
+// messages do not fit the kernel's buffers under the default wmem_max: writers could block on each
+// other.
 constexpr size_t kSyncChunkBytes = 128 << 10;
 // Allreduces up to this many bytes take one step (every rank sends its data to every other);
 // larger ones two (reduce-scatter, then allgather).
 constexpr size_t kSyncExchangeBytes = 32 << 10;
 constexpr int kSyncSlot = 0x6a;
+// Messages of at least this many bytes go between the caller's memory and the socket without the
+// staging copy: the sender writes from the caller's data, the receiver reads into the caller's
+// output (or, to reduce it, into a buffer of its own), through a Gloo buffer of slot kDirectSlot
+// that lives for that one message. A Gloo buffer's destructor unregisters its pair's receive
+// buffer of the same slot, so none stays registered on kDirectSlot: the receiving side registers
+// it just before it reads the message, and the sending side's lives only while it writes.
+constexpr size_t kDirectBytes = 4 << 10;
+constexpr int kDirectSlot = 0x6b;
 
 // Adapts the engine's Store (blocking Get) to Gloo's store interface.
 class StoreAdapter : public gloo::rendezvous::Store {
@@ -103,7 +115,8 @@ std::map<std::string, int> SocketsByAddress() {
 // control plane (the per-cycle AND, the gather of requests, the broadcast of responses), the
 // allreduces and the broadcasts; one thread uses it at a time (the communicator's).
 //
-// Every message is at most kSyncChunkBytes and is staged through the pair's own buffers. In the
+// Every message is at most kSyncChunkBytes; small ones are staged through the pair's own buffers,
+// larger ones go straight from and to the caller's memory (kDirectBytes). In the
 // allreduce a rank sends each step's messages before reading the step's arrivals, and cannot start
 // a step before it has read every peer's message of the one before, which each peer sent only after
 // reading all of the step before that: so at most two messages of a rank are unread by a peer at
@@ -129,10 +142,11 @@ class SyncMesh {
       // next, into the one staging buffer.
       pair->setSync(true, busy_poll);
       Peer& peer = peers_[r];
-      peer.out.resize(kSyncChunkBytes);
-      peer.in.resize(kSyncChunkBytes);
-      peer.send = pair->createSendBuffer(kSyncSlot, peer.out.data(), kSyncChunkBytes);
-      peer.recv = pair->createRecvBuffer(kSyncSlot, peer.in.data(), kSyncChunkBytes);
+      peer.pair = pair.get();
+      peer.out.resize(kDirectBytes);
+      peer.in.resize(kDirectBytes);
+      peer.send = pair->createSendBuffer(kSyncSlot, peer.out.data(), kDirectBytes);
+      peer.recv = pair->createRecvBuffer(kSyncSlot, peer.in.data(), kDirectBytes);
       // The pair's socket, to poll; none found (or no polling): this peer's waits sleep at once.
       const auto* address = dynamic_cast<const gloo::transport::tcp::Address*>(&pair->address());
       auto socket = address ? sockets.find(AddressKey(address->getSockaddr())) : sockets.end();
@@ -179,7 +193,7 @@ class SyncMesh {
         }
       }
       for (int r = 0; r < size_; ++r) {
-        if (r != rank_ && lo(r + 1) > lo(r)) std::memcpy(data + lo(r) * item, Recv(r), (lo(r + 1) - lo(r)) * item);
+        if (r != rank_ && lo(r + 1) > lo(r)) RecvInto(r, data + lo(r) * item, (lo(r + 1) - lo(r)) * item);
       }
     }
   }
@@ -206,13 +220,13 @@ class SyncMesh {
         if (len(out) > 0) Send(right, data + lo(out) * item, len(out) * item);
         if (len(in) > 0) {
           char* mine = data + lo(in) * item;
-          Reduce(mine, Recv(left), mine, len(in), dtype, op);
+          Reduce(mine, Recv(left, len(in) * item), mine, len(in), dtype, op);
         }
       }
       for (int step = 0; step < size_ - 1; ++step) {
         const int out = wrap(rank_ + 1 - step), in = wrap(rank_ - step);
         if (len(out) > 0) Send(right, data + lo(out) * item, len(out) * item);
-        if (len(in) > 0) std::memcpy(data + lo(in) * item, Recv(left), len(in) * item);
+        if (len(in) > 0) RecvInto(left, data + lo(in) * item, len(in) * item);
       }
     }
   }
@@ -227,7 +241,7 @@ class SyncMesh {
       }
       for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
-        const auto* theirs = reinterpret_cast<const uint64_t*>(Recv(r));
+        const auto* theirs = reinterpret_cast<const uint64_t*>(Recv(r, n * sizeof(uint64_t)));
         for (size_t i = 0; i < n; ++i) words[start + i] &= theirs[i];
       }
     }
@@ -265,15 +279,17 @@ class SyncMesh {
           if (r != root) Send(r, data + off, len);
         }
       } else {
-        std::memcpy(data + off, Recv(root), len);
+        RecvInto(root, data + off, len);
       }
     }
   }
 
  private:
   struct Peer {
-    std::vector<char> out, in;
+    std::vector<char> out, in;  // staging, for messages under kDirectBytes
+    std::vector<char> landing;  // direct messages this rank reduces, grown to the largest
     std::unique_ptr<gloo::transport::Buffer> send, recv;
+    gloo::transport::Pair* pair = nullptr;
     int fd = -1;  // the pair's socket, only to poll it
   };
 
@@ -283,7 +299,7 @@ class SyncMesh {
 
   void SendFramed(int peer, const std::vector<char>& data) {
     const int64_t total = static_cast<int64_t>(data.size());
-    const size_t first = std::min(data.size(), kSyncChunkBytes - kFrameHeader);
+    const size_t first = std::min(data.size(), kDirectBytes - kFrameHeader);
     char* out = peers_[peer].out.data();
     std::memcpy(out, &total, kFrameHeader);
     if (first > 0) std::memcpy(out + kFrameHeader, data.data(), first);
@@ -294,14 +310,14 @@ class SyncMesh {
   }
 
   std::vector<char> RecvFramed(int peer) {
-    const char* in = Recv(peer);
+    const char* in = Recv(peer, 0);
     int64_t total = 0;
     std::memcpy(&total, in, kFrameHeader);
     std::vector<char> bytes(static_cast<size_t>(total));
-    size_t got = std::min(bytes.size(), kSyncChunkBytes - kFrameHeader);
+    size_t got = std::min(bytes.size(), kDirectBytes - kFrameHeader);
     if (got > 0) std::memcpy(bytes.data(), in + kFrameHeader, got);
     for (; got < bytes.size(); got += kSyncChunkBytes) {
-      std::memcpy(bytes.data() + got, Recv(peer), std::min(kSyncChunkBytes, bytes.size() - got));
+      RecvInto(peer, bytes.data() + got, std::min(kSyncChunkBytes, bytes.size() - got));
     }
     return bytes;
   }
@@ -309,15 +325,22 @@ class SyncMesh {
   // `mine` (n elements) becomes x_0 op x_1 op ... op x_(size-1), evaluated left to right, where
   // x_rank_ is `mine` and every other x_r is the next message from rank r.
   void ReduceInRankOrder(char* mine, int64_t n, DataType dtype, ReduceOp op) {
-    const void* first = rank_ == 0 ? mine : Recv(0);
-    const void* second = rank_ == 1 ? mine : Recv(1);
+    const size_t bytes = static_cast<size_t>(n * DataTypeSize(dtype));
+    const void* first = rank_ == 0 ? mine : Recv(0, bytes);
+    const void* second = rank_ == 1 ? mine : Recv(1, bytes);
     char* acc = rank_ <= 1 ? mine : scratch_.data();
     Reduce(acc, first, second, n, dtype, op);
-    for (int r = 2; r < size_; ++r) Reduce(acc, acc, r == rank_ ? mine : Recv(r), n, dtype, op);
+    for (int r = 2; r < size_; ++r) Reduce(acc, acc, r == rank_ ? mine : Recv(r, bytes), n, dtype, op);
     if (acc != mine) std::memcpy(mine, acc, n * DataTypeSize(dtype));
   }
 
   void Send(int peer, const void* data, size_t bytes) {
+    if (bytes >= kDirectBytes) {
+      auto direct = peers_[peer].pair->createSendBuffer(kDirectSlot, const_cast<void*>(data), bytes);
+      direct->send(0, bytes);
+      direct->waitSend();
+      return;
+    }
     std::memcpy(peers_[peer].out.data(), data, bytes);
     Post(peer, bytes);
   }
@@ -329,18 +352,44 @@ class SyncMesh {
     p.send->waitSend();
   }
 
-  // The peer's next message, valid until the next Recv from that peer.
-  const char* Recv(int peer) {
+  // The peer's next message, of `bytes` (0: a staged message of a length the sender chose), valid
+  // until the next Recv from that peer.
+  const char* Recv(int peer, size_t bytes) {
     Peer& p = peers_[peer];
-    pollfd ready{p.fd, POLLIN, 0};
-    if (p.fd >= 0 && ::poll(&ready, 1, 0) == 0) {
-      // Nothing yet: poll for a while; Gloo's read below then sleeps in the kernel if nothing came.
-      const auto deadline = std::chrono::steady_clock::now() + spin_;
-      while (::poll(&ready, 1, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
-      }
+    if (bytes >= kDirectBytes) {
+      if (p.landing.size() < bytes) p.landing.resize(bytes);
+      RecvInto(peer, p.landing.data(), bytes);
+      return p.landing.data();
     }
+    AwaitReadable(p);
     p.recv->waitRecv();
     return p.in.data();
+  }
+
+  // The peer's next message, of `bytes`, into `into`.
+  void RecvInto(int peer, void* into, size_t bytes) {
+    if (bytes < kDirectBytes) {
+      std::memcpy(into, Recv(peer, bytes), bytes);
+      return;
+    }
+    Peer& p = peers_[peer];
+    AwaitReadable(p);
+    auto direct = p.pair->createRecvBuffer(kDirectSlot, into, bytes);
+    direct->waitRecv();
+  }
+
+  // Polls the peer's socket for up to spin_ when nothing has arrived yet (Gloo's read then sleeps),
+  // giving the core to any other runnable thread between polls: where the hosts' ranks share cores
+  // (2 hosts x 2 ranks on 2 cores), the thread that is about to send often waits for this one's.
+  void AwaitReadable(Peer& p) {
+    pollfd ready{p.fd, POLLIN, 0};
+    if (p.fd >= 0 && ::poll(&ready, 1, 0) == 0) {
+      // Nothing yet: poll for a while; Gloo's read then sleeps in the kernel if nothing came.
+      const auto deadline = std::chrono::steady_clock::now() + spin_;
+      while (::poll(&ready, 1, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+        sched_yield();
+      }
+    }
   }
 
   int rank_, size_;
