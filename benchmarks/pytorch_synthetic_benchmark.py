@@ -13,10 +13,12 @@ Residual Learning for Image Recognition", 2015: the ImageNet layout, basic block
 bottleneck blocks for 50; with 10 classes 11.2 M and 23.5 M parameters in 62 and 161 tensors) on smaller images
 than ImageNet's 224 so that a 2-core machine gets through a run. A timed iteration is
 --batches-per-iter optimizer steps; img/sec per rank = batch size * batches per iter / seconds.
-Horovod and DDP alternate in --rounds rounds of --iters timed iterations (each preceded by
---warmup untimed ones), so that both see the same machine load; the figures are the mean and
-1.96 standard deviations over all of a framework's timed iterations. Total img/sec = per-rank
-mean * size. DDP's process group is initialised over TCP on 127.0.0.1, at a free port that
+Horovod and DDP (and, with --local-reference, 'local': the same training without any gradient
+exchange, the ranks waiting for each other once per step, the most that any synchronous
+data-parallel library can reach on the machine) alternate in --rounds rounds of --iters timed
+iterations (each preceded by --warmup untimed ones), so that all see the same machine load; the
+figures are the mean and 1.96 standard deviations over all of a framework's timed iterations.
+Total img/sec = per-rank mean * size. DDP's process group is initialised over TCP on 127.0.0.1, at a free port that
 rank 0 picks and broadcasts with Horovod. Rank 0 prints a table and, with --json, writes it.
 """
 
@@ -134,11 +136,32 @@ def make_ddp(args):
     return model, optimizer
 
 
-def time_iterations(model, optimizer, data, target, args, count):
+def make_local(args):
+    torch.manual_seed(0)
+    model = MODELS[args.model]()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return model, optimizer
+
+
+class Barrier:
+    """Stands in for a gradient exchange in the 'local' reference: every rank trains on its own
+    gradients and only waits for the others once per step (a 4-byte Horovod allreduce), so its
+    img/sec is what synchronous data-parallel training reaches with free communication."""
+
+    def __init__(self):
+        self.token = torch.zeros(1)
+
+    def __call__(self):
+        hvd.allreduce_(self.token, name='local_barrier')
+
+
+def time_iterations(model, optimizer, data, target, args, count, after_step=None):
     def benchmark_step():
         optimizer.zero_grad()
         F.cross_entropy(model(data), target).backward()
         optimizer.step()
+        if after_step is not None:
+            after_step()
 
     rates = []
     for _ in range(count):
@@ -164,6 +187,10 @@ def main():
     parser.add_argument('--iters', type=int, default=5, help='timed iterations per round')
     parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument('--no-ddp', action='store_true', help='measure Horovod only')
+    parser.add_argument('--local-reference', action='store_true',
+                        help="also measure 'local': the same training with no gradient exchange, "
+                             'the ranks only waiting for each other once per step (the ceiling of '
+                             'any synchronous data-parallel library on this machine)')
     parser.add_argument('--json', help='rank 0 writes the results here')
     args = parser.parse_args()
 
@@ -184,11 +211,15 @@ def main():
     frameworks = {'horovod': make_horovod(args)}
     if not args.no_ddp:
         frameworks['ddp'] = make_ddp(args)
+    if args.local_reference:
+        frameworks['local'] = make_local(args)
     rates = {name: [] for name in frameworks}
+    barrier = Barrier()
     for _ in range(args.rounds):
         for name, (model, optimizer) in frameworks.items():
-            time_iterations(model, optimizer, data, target, args, args.warmup)
-            rates[name] += time_iterations(model, optimizer, data, target, args, args.iters)
+            after_step = barrier if name == 'local' else None
+            time_iterations(model, optimizer, data, target, args, args.warmup, after_step)
+            rates[name] += time_iterations(model, optimizer, data, target, args, args.iters, after_step)
 
     results = {name: summary(r, size) for name, r in rates.items()}
     if rank == 0:
