@@ -119,10 +119,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def make_horovod(args):
+def make_local(args):
+    """The model and its plain SGD optimizer, the same on every rank (seeded)."""
     torch.manual_seed(0)
     model = MODELS[args.model]()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def make_horovod(args):
+    model, optimizer = make_local(args)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
@@ -130,29 +135,8 @@ def make_horovod(args):
 
 
 def make_ddp(args):
-    torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(MODELS[args.model]())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    return model, optimizer
-
-
-def make_local(args):
-    torch.manual_seed(0)
-    model = MODELS[args.model]()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    return model, optimizer
-
-
-class Barrier:
-    """Stands in for a gradient exchange in the 'local' reference: every rank trains on its own
-    gradients and only waits for the others once per step (a 4-byte Horovod allreduce), so its
-    img/sec is what synchronous data-parallel training reaches with free communication."""
-
-    def __init__(self):
-        self.token = torch.zeros(1)
-
-    def __call__(self):
-        hvd.allreduce_(self.token, name='local_barrier')
+    model, optimizer = make_local(args)
+    return torch.nn.parallel.DistributedDataParallel(model), optimizer
 
 
 def time_iterations(model, optimizer, data, target, args, count, after_step=None):
@@ -214,10 +198,11 @@ def main():
     if args.local_reference:
         frameworks['local'] = make_local(args)
     rates = {name: [] for name in frameworks}
-    barrier = Barrier()
     for _ in range(args.rounds):
         for name, (model, optimizer) in frameworks.items():
-            after_step = barrier if name == 'local' else None
+            # 'local' trains on each rank's own gradients and only meets the other ranks once per
+            # step: what synchronous data-parallel training reaches with free communication.
+            after_step = hvd.barrier if name == 'local' else None
             time_iterations(model, optimizer, data, target, args, args.warmup, after_step)
             rates[name] += time_iterations(model, optimizer, data, target, args, args.iters, after_step)
 
