@@ -54,10 +54,11 @@ constexpr int kSyncSlot = 0x6a;
 // buffer of the same slot, so none stays registered on kDirectSlot: the receiving side registers
 // it just before it reads the message, and the sending side's lives only while it writes.
 constexpr size_t kDirectBytes = 4 << 10;
-// Messages larger than this are waited for whole when polling (SyncMesh::AwaitReadable).
+constexpr int kDirectSlot = 0x6b;
+// When polling, a message larger than kWholeMessageBytes that has begun to arrive is waited for
+// whole, for up to kRestSpin more (SyncMesh::AwaitReadable).
 constexpr size_t kWholeMessageBytes = 64 << 10;
 constexpr std::chrono::microseconds kRestSpin{50};
-constexpr int kDirectSlot = 0x6b;
 
 // Adapts the engine's Store (blocking Get) to Gloo's store interface.
 class StoreAdapter : public gloo::rendezvous::Store {
@@ -363,10 +364,10 @@ class SyncMesh {
     Peer& p = peers_[peer];
     if (bytes >= kDirectBytes) {
       if (p.landing.size() < bytes) p.landing.resize(bytes);
-      RecvInto(peer, p.landing.data(), bytes);
+      RecvDirect(p, p.landing.data(), bytes);
       return p.landing.data();
     }
-    AwaitReadable(p, 0);
+    AwaitReadable(p, bytes);
     p.recv->waitRecv();
     return p.in.data();
   }
@@ -377,7 +378,11 @@ class SyncMesh {
       std::memcpy(into, Recv(peer, bytes), bytes);
       return;
     }
-    Peer& p = peers_[peer];
+    RecvDirect(peers_[peer], into, bytes);
+  }
+
+  // A message of `bytes` >= kDirectBytes, read by Gloo straight into `into`.
+  void RecvDirect(Peer& p, void* into, size_t bytes) {
     AwaitReadable(p, bytes);
     auto direct = p.pair->createRecvBuffer(kDirectSlot, into, bytes);
     direct->waitRecv();
