@@ -141,9 +141,9 @@ TEST_P(Backends, SplitMakesASubCommunicator) {
 // Gloo's synchronous mesh (gloo_backend.cc), sleeping, polling for 50 us first, and polling:
 // messages of several 128 KiB pieces, messages on both sides of the staged/direct limit (4 KiB:
 // 1023 and 1024 floats, a framed message whose last piece is staged), and allreduces on both
-// sides of its one-step limit (32 KiB), over several rounds, (at three and four ranks) through the
-// ring: every rank ends with the same bits, which are those of the reduction in rank order, left
-// to right, except in the ring.
+// sides of its one-step limit (32 KiB), over several rounds, at three ranks through the ring and at
+// four and eight through recursive halving and doubling: every rank ends with the same bits, which
+// are those of the reduction in rank order, left to right, except in those two.
 class GlooSyncMesh : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
@@ -162,7 +162,7 @@ TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
       std::vector<float> data(count);
       for (int64_t i = 0; i < count; ++i) data[i] = value(rank, i);
       backend->Allreduce({data.data(), count, DataType::FLOAT32, ReduceOp::SUM});
-      const bool ring = n > 2 && count > 8192;  // beyond the one-step limit
+      const bool ring = n > 2 && count > 8192;  // beyond the one-step limit: ring or halving-doubling
       for (int64_t i = 0; i < count; ++i) {
         float expected = value(0, i);
         for (int r = 1; r < n; ++r) expected += value(r, i);
@@ -213,7 +213,7 @@ TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Polling, GlooSyncMesh,
-                         ::testing::Combine(::testing::Values("sleep", "spin", "busy"), ::testing::Values(2, 3, 4)),
+                         ::testing::Combine(::testing::Values("sleep", "spin", "busy"), ::testing::Values(2, 3, 4, 8)),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
                            return std::get<0>(info.param) + "_np" + std::to_string(std::get<1>(info.param));
                          });

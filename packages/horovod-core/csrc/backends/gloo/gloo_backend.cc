@@ -33,19 +33,21 @@ namespace {
 // Slot prefix of SendRecv's point-to-point messages (Adasum).
 constexpr uint8_t kPeerSlotPrefix = 0x69;
 
-// The largest message the synchronous mesh sends in one piece. A rank may have two such messages
-// unread by a peer (see SyncMesh): Gloo sizes the socket's send buffer to the message (Linux then
-// doubles it, up to twice net.core.wmem_max, 208 KiB by default), and the peer's receive buffer
-// (128 KiB at least) holds more, so neither writer blocks on the other. Measured between two hosts
-// of the test bed (np=2, busy polling), 64 KiB to 4 MiB allreduces ran fastest with 128 KiB;
-// 256 KiB took up to 3 times as long, and 64 KiB messages sometimes stalled for milliseconds. With
-// the direct messages below, 512 KiB made 1 MiB allreduces about 10 % faster there, but two such
-// messages do not fit the kernel's buffers under the default wmem_max: writers could block on each
-// other.
+// The largest message the synchronous mesh sends in one piece (the ring's, broadcasts' and framed
+// messages'). A rank may have two such messages unread by a peer (see SyncMesh): Gloo sizes the
+// socket's send buffer to the message (Linux then doubles it, up to twice net.core.wmem_max, 208
+// KiB by default), and the peer's receive buffer (128 KiB at least) holds more, so neither writer
+// blocks on the other. 512 KiB would not fit the kernel's buffers under the default wmem_max:
+// writers could block on each other.
 constexpr size_t kSyncChunkBytes = 128 << 10;
 // Allreduces up to this many bytes take one step (every rank sends its data to every other);
-// larger ones two (reduce-scatter, then allgather).
+// larger ones a reduce-scatter, then an allgather.
 constexpr size_t kSyncExchangeBytes = 32 << 10;
+// The message size of recursive halving and doubling, where both ranks of a pair send at once.
+// Measured on the test bed (2 hosts x 1 rank, and 4 hosts x 1 rank), 32 KiB pieces kept 1-16 MiB
+// allreduces steady; with 64 or 128 KiB, most allreduces of 1 MiB and more stalled for
+// milliseconds (medians 3-4 times as long), with or without polling and TCP_QUICKACK.
+constexpr size_t kExchangePieceBytes = 32 << 10;
 constexpr int kSyncSlot = 0x6a;
 // Messages of at least this many bytes go between the caller's memory and the socket without the
 // staging copy: the sender writes from the caller's data, the receiver reads into the caller's
@@ -159,17 +161,15 @@ class SyncMesh {
     context_ = std::move(context);
   }
 
-  // In-place allreduce of `count` elements, in rounds of at most kSyncChunkBytes per message.
-  // Up to kSyncExchangeBytes each rank sends its data to every other and reduces all of it (one
-  // step); beyond, at two ranks, each rank receives its half of the other's data, reduces it and
-  // sends it back (two steps, half the data sent per rank), and at more ranks the ring below. The
-  // first two reduce in rank order, the same bits as the shared-memory transport; all three leave
-  // the same bits on every rank. (Two steps at more ranks, each rank sending a block to every
-  // other, took 2-4 times as long as the ring for 64-512 KiB at 2 hosts x 2 ranks on the test
-  // bed: every rank's messages arrive at once from all its peers.)
+  // In-place allreduce of `count` elements. Up to kSyncExchangeBytes each rank sends its data to
+  // every other and reduces all of it in rank order (one step, the same bits as the shared-memory
+  // transport); beyond, at a power-of-two number of ranks, recursive halving and doubling, and at
+  // other numbers the ring below. All leave the same bits on every rank. (Two steps at more than
+  // two ranks, each rank sending a block to every other, took 2-4 times as long as the ring for
+  // 64-512 KiB at 2 hosts x 2 ranks on the test bed: every rank's messages arrive at once from all
+  // its peers.)
   void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
     const int64_t item = DataTypeSize(dtype);
-    const int64_t chunk = static_cast<int64_t>(kSyncChunkBytes) / item;
     char* data = static_cast<char*>(buffer);
     static_assert(kSyncExchangeBytes <= kSyncChunkBytes, "the one-step allreduce sends a single message");
     if (count * item <= static_cast<int64_t>(kSyncExchangeBytes)) {
@@ -179,28 +179,10 @@ class SyncMesh {
       ReduceInRankOrder(data, count, dtype, op);
       return;
     }
-    if (size_ > 2) {
+    if ((size_ & (size_ - 1)) == 0) {
+      HalvingDoublingAllreduce(data, count, dtype, op);
+    } else {
       RingAllreduce(data, count, dtype, op);
-      return;
-    }
-    const int64_t span = chunk * size_;
-    for (int64_t start = 0; start < count; start += span) {
-      const int64_t n = std::min(span, count - start);
-      auto lo = [&](int block) { return start + n * block / size_; };
-      for (int r = 0; r < size_; ++r) {
-        if (r != rank_ && lo(r + 1) > lo(r)) Send(r, data + lo(r) * item, (lo(r + 1) - lo(r)) * item);
-      }
-      const int64_t len = lo(rank_ + 1) - lo(rank_);
-      char* mine = data + lo(rank_) * item;
-      if (len > 0) {
-        ReduceInRankOrder(mine, len, dtype, op);
-        for (int r = 0; r < size_; ++r) {
-          if (r != rank_) Send(r, mine, len * item);
-        }
-      }
-      for (int r = 0; r < size_; ++r) {
-        if (r != rank_ && lo(r + 1) > lo(r)) RecvInto(r, data + lo(r) * item, (lo(r + 1) - lo(r)) * item);
-      }
     }
   }
 
@@ -234,6 +216,63 @@ class SyncMesh {
         if (len(out) > 0) Send(right, data + lo(out) * item, len(out) * item);
         if (len(in) > 0) RecvInto(left, data + lo(in) * item, len(in) * item);
       }
+    }
+  }
+
+  // At a power-of-two number of ranks: reduce-scatter by recursive halving, then allgather by
+  // recursive doubling (Thakur, Rabenseifner and Gropp, "Optimization of Collective Communication
+  // Operations in MPICH", IJHPCA 2005), in log2(size) steps each where the ring takes size - 1. In
+  // step k of the reduce-scatter a rank and its partner rank ^ 2^k split the part of the tensor
+  // they share, each sending the other the half it gives up and reducing the half it keeps; the
+  // allgather retraces the steps backwards. The nearest partner comes first, so where ranks are
+  // numbered host by host the largest exchanges stay on a host: at 2 hosts x 2 ranks each host
+  // sends the other as many bytes as the tensor holds, against 1.5 times as many in the ring, and
+  // every rank still sends 1.5 times the tensor in all, as in the ring. A step's halves travel in
+  // messages of kExchangePieceBytes, each rank sending one before reading its partner's, so at most
+  // one message of a rank is unread by its partner of the step and one by its partner of the next.
+  // Each element is reduced on one rank, the lower rank's operand first, and copied to the others:
+  // every rank ends with the same bits: at two ranks those of the reduction in rank order, at four
+  // those of (x0 op x1) op (x2 op x3), and so on.
+  void HalvingDoublingAllreduce(char* data, int64_t count, DataType dtype, ReduceOp op) {
+    const int64_t item = DataTypeSize(dtype);
+    const int64_t piece = std::max<int64_t>(1, static_cast<int64_t>(kExchangePieceBytes) / item);
+    // Sends [send_lo, send_hi) to `peer` while reading its [keep_lo, keep_hi), piece by piece,
+    // reducing into or overwriting the local elements.
+    auto exchange = [&](int peer, int64_t send_lo, int64_t send_hi, int64_t keep_lo, int64_t keep_hi, bool reduce) {
+      for (int64_t i = 0; send_lo + i < send_hi || keep_lo + i < keep_hi; i += piece) {
+        if (send_lo + i < send_hi) {
+          Send(peer, data + (send_lo + i) * item, std::min(piece, send_hi - send_lo - i) * item);
+        }
+        if (keep_lo + i < keep_hi) {
+          const int64_t n = std::min(piece, keep_hi - keep_lo - i);
+          char* mine = data + (keep_lo + i) * item;
+          if (!reduce) {
+            RecvInto(peer, mine, n * item);
+          } else if (peer < rank_) {
+            Reduce(mine, Recv(peer, n * item), mine, n, dtype, op);
+          } else {
+            Reduce(mine, mine, Recv(peer, n * item), n, dtype, op);
+          }
+        }
+      }
+    };
+    // The part of the tensor this rank holds before each step: lo[k], hi[k] before step k.
+    int steps = 0;
+    while ((1 << steps) < size_) ++steps;
+    std::vector<int64_t> lo(steps + 1, 0), hi(steps + 1, count);
+    for (int k = 0; k < steps; ++k) {
+      const int64_t mid = lo[k] + (hi[k] - lo[k]) / 2;
+      const bool upper = (rank_ >> k) & 1;
+      lo[k + 1] = upper ? mid : lo[k];
+      hi[k + 1] = upper ? hi[k] : mid;
+      const int peer = rank_ ^ (1 << k);
+      exchange(peer, upper ? lo[k] : mid, upper ? mid : hi[k], lo[k + 1], hi[k + 1], true);
+    }
+    for (int k = steps - 1; k >= 0; --k) {
+      const int64_t mid = lo[k] + (hi[k] - lo[k]) / 2;
+      const bool upper = (rank_ >> k) & 1;
+      const int peer = rank_ ^ (1 << k);
+      exchange(peer, lo[k + 1], hi[k + 1], upper ? lo[k] : mid, upper ? mid : hi[k], false);
     }
   }
 
