@@ -154,8 +154,8 @@ const std::vector<Knob>& Knobs() {
        "collectives through shared memory when every rank of the job is on one host (0: the backend's own)",
        BOOL_KNOB("HOROVOD_SHARED_MEMORY", shared_memory)},
       {"HOROVOD_SHARED_MEMORY_SINGLE_COPY", "1",
-       "with shared memory, large allreduces read and write the peers' buffers directly (cross-memory attach) when "
-       "allowed",
+       "large allreduces read and write the buffers of ranks on the same host directly (cross-memory attach) when "
+       "allowed: through shared memory, and between the ranks of a host in a job over Gloo on several hosts",
        BOOL_KNOB("HOROVOD_SHARED_MEMORY_SINGLE_COPY", shared_memory_single_copy)},
       {"HOROVOD_HIERARCHICAL_ALLREDUCE", "0", "hierarchical allreduce",
        BOOL_KNOB("HOROVOD_HIERARCHICAL_ALLREDUCE", hierarchical_allreduce)},

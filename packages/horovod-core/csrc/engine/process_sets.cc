@@ -25,6 +25,7 @@ BackendOptions CommunicatorOptions(const Config& config, Store* store, const std
   options.hostname = config.local_size == config.size ? "127.0.0.1" : config.hostname;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.gloo_timeout_seconds * 1000));
   options.busy_poll = config.gloo_busy_poll == "1";
+  options.cross_memory = config.shared_memory && config.shared_memory_single_copy;
   if (config.gloo_busy_poll == "auto") {
     // A short poll catches a peer that is about to send (most messages of a collective whose ranks
     // arrived together) without the wake-up of a sleeping thread. Only where every rank of the

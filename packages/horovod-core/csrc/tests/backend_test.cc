@@ -138,7 +138,9 @@ TEST_P(Backends, SplitMakesASubCommunicator) {
   });
 }
 
-// Gloo's synchronous mesh (gloo_backend.cc), sleeping, polling for 50 us first, and polling:
+// Gloo's synchronous mesh (gloo_backend.cc), sleeping, polling for 50 us first, polling, and
+// sleeping with the ranks (threads of this process, so all on one host) reading each other's data
+// by cross-memory attach:
 // messages of several 128 KiB pieces, messages on both sides of the staged/direct limit (4 KiB:
 // 1023 and 1024 floats, a framed message whose last piece is staged), and allreduces on both
 // sides of its one-step limit (32 KiB), over several rounds, at three ranks through the ring and at
@@ -156,6 +158,7 @@ TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
   testing::RunRanks(n, [&](int rank) {
     BackendOptions options = testing::LoopbackOptions(rank, n, store.get(), "sync/");
     options.busy_poll = waiting == "busy";
+    options.cross_memory = waiting == "cross";
     if (waiting == "spin") options.spin = std::chrono::microseconds(50);
     std::unique_ptr<Communicator> backend = BackendRegistry::Create("gloo", options);
     for (int64_t count : counts) {
@@ -213,7 +216,7 @@ TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Polling, GlooSyncMesh,
-                         ::testing::Combine(::testing::Values("sleep", "spin", "busy"), ::testing::Values(2, 3, 4, 8)),
+                         ::testing::Combine(::testing::Values("sleep", "spin", "busy", "cross"), ::testing::Values(2, 3, 4, 8)),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
                            return std::get<0>(info.param) + "_np" + std::to_string(std::get<1>(info.param));
                          });

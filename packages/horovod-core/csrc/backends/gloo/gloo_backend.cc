@@ -15,12 +15,17 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -48,6 +53,11 @@ constexpr size_t kSyncExchangeBytes = 32 << 10;
 // allreduces steady; with 64 or 128 KiB, most allreduces of 1 MiB and more stalled for
 // milliseconds (medians 3-4 times as long), with or without polling and TCP_QUICKACK.
 constexpr size_t kExchangePieceBytes = 32 << 10;
+// Between ranks of one host that read each other's memory: how much of a peer's data is read at
+// a time to be reduced (kept in cache while it is), and the probe that shows a peer's memory is
+// readable ("HVDCROSS" xor the rank).
+constexpr int64_t kCrossPieceBytes = 256 << 10;
+constexpr uint64_t kCrossProbe = 0x48564443524f5353ull;
 constexpr int kSyncSlot = 0x6a;
 // Messages of at least this many bytes go between the caller's memory and the socket without the
 // staging copy: the sender writes from the caller's data, the receiver reads into the caller's
@@ -130,7 +140,8 @@ std::map<std::string, int> SocketsByAddress() {
 class SyncMesh {
  public:
   SyncMesh(int rank, int size, std::chrono::milliseconds timeout, horovod::Store& store, const std::string& prefix,
-           std::shared_ptr<gloo::transport::Device> device, bool busy_poll, std::chrono::microseconds spin)
+           std::shared_ptr<gloo::transport::Device> device, bool busy_poll, std::chrono::microseconds spin,
+           bool cross_memory)
       : rank_(rank), size_(size), spin_(busy_poll ? std::chrono::microseconds(0) : spin), scratch_(kSyncChunkBytes) {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(timeout);
@@ -159,6 +170,7 @@ class SyncMesh {
       if (socket != sockets.end()) peer.fd = socket->second;
     }
     context_ = std::move(context);
+    if (cross_memory) EnableCrossMemory(store, prefix);
   }
 
   // In-place allreduce of `count` elements. Up to kSyncExchangeBytes each rank sends its data to
@@ -230,35 +242,22 @@ class SyncMesh {
   // every rank still sends 1.5 times the tensor in all, as in the ring. A step's halves travel in
   // messages of kExchangePieceBytes, each rank sending one before reading its partner's, so at most
   // one message of a rank is unread by its partner of the step and one by its partner of the next.
-  // Each element is reduced on one rank, the lower rank's operand first, and copied to the others:
-  // every rank ends with the same bits: at two ranks those of the reduction in rank order, at four
-  // those of (x0 op x1) op (x2 op x3), and so on.
+  // Between two ranks of one host that read each other's memory, the exchange reads the kept half
+  // straight from the partner's data instead (ExchangeCrossMemory): at 2 hosts x 2 ranks the
+  // largest exchanges then skip TCP. Each element is reduced on one rank, the lower rank's operand
+  // first, and copied to the others: every rank ends with the same bits: at two ranks those of the
+  // reduction in rank order, at four those of (x0 op x1) op (x2 op x3), and so on.
   void HalvingDoublingAllreduce(char* data, int64_t count, DataType dtype, ReduceOp op) {
-    const int64_t item = DataTypeSize(dtype);
-    const int64_t piece = std::max<int64_t>(1, static_cast<int64_t>(kExchangePieceBytes) / item);
-    // Sends [send_lo, send_hi) to `peer` while reading its [keep_lo, keep_hi), piece by piece,
-    // reducing into or overwriting the local elements.
+    int steps = 0;
+    while ((1 << steps) < size_) ++steps;
     auto exchange = [&](int peer, int64_t send_lo, int64_t send_hi, int64_t keep_lo, int64_t keep_hi, bool reduce) {
-      for (int64_t i = 0; send_lo + i < send_hi || keep_lo + i < keep_hi; i += piece) {
-        if (send_lo + i < send_hi) {
-          Send(peer, data + (send_lo + i) * item, std::min(piece, send_hi - send_lo - i) * item);
-        }
-        if (keep_lo + i < keep_hi) {
-          const int64_t n = std::min(piece, keep_hi - keep_lo - i);
-          char* mine = data + (keep_lo + i) * item;
-          if (!reduce) {
-            RecvInto(peer, mine, n * item);
-          } else if (peer < rank_) {
-            Reduce(mine, Recv(peer, n * item), mine, n, dtype, op);
-          } else {
-            Reduce(mine, mine, Recv(peer, n * item), n, dtype, op);
-          }
-        }
+      if (peers_[peer].pid > 0) {
+        ExchangeCrossMemory(peer, data, keep_lo, keep_hi, reduce, dtype, op);
+      } else {
+        Exchange(peer, data, send_lo, send_hi, keep_lo, keep_hi, reduce, dtype, op);
       }
     };
     // The part of the tensor this rank holds before each step: lo[k], hi[k] before step k.
-    int steps = 0;
-    while ((1 << steps) < size_) ++steps;
     std::vector<int64_t> lo(steps + 1, 0), hi(steps + 1, count);
     for (int k = 0; k < steps; ++k) {
       const int64_t mid = lo[k] + (hi[k] - lo[k]) / 2;
@@ -273,6 +272,129 @@ class SyncMesh {
       const bool upper = (rank_ >> k) & 1;
       const int peer = rank_ ^ (1 << k);
       exchange(peer, lo[k + 1], hi[k + 1], upper ? lo[k] : mid, upper ? mid : hi[k], false);
+    }
+  }
+
+  // Sends elements [send_lo, send_hi) of `data` to `peer` while reading its [keep_lo, keep_hi),
+  // in messages of kExchangePieceBytes, each sent before the partner's is read; what arrives is
+  // reduced into the local elements, the lower rank's operand first (`reduce`), or overwrites them.
+  void Exchange(int peer, char* data, int64_t send_lo, int64_t send_hi, int64_t keep_lo, int64_t keep_hi, bool reduce,
+                DataType dtype, ReduceOp op) {
+    const int64_t item = DataTypeSize(dtype);
+    const int64_t piece = std::max<int64_t>(1, static_cast<int64_t>(kExchangePieceBytes) / item);
+    for (int64_t i = 0; send_lo + i < send_hi || keep_lo + i < keep_hi; i += piece) {
+      if (send_lo + i < send_hi) {
+        Send(peer, data + (send_lo + i) * item, std::min(piece, send_hi - send_lo - i) * item);
+      }
+      if (keep_lo + i < keep_hi) {
+        const int64_t n = std::min(piece, keep_hi - keep_lo - i);
+        char* mine = data + (keep_lo + i) * item;
+        if (!reduce) {
+          RecvInto(peer, mine, n * item);
+        } else if (peer < rank_) {
+          Reduce(mine, Recv(peer, n * item), mine, n, dtype, op);
+        } else {
+          Reduce(mine, mine, Recv(peer, n * item), n, dtype, op);
+        }
+      }
+    }
+  }
+
+  // The same exchange with a rank of this host whose memory this rank reads (peers_[peer].pid):
+  // the two tell each other where their data lies, then each reads the elements it keeps,
+  // [keep_lo, keep_hi), straight from the other's data with process_vm_readv, a kCrossPieceBytes
+  // piece at a time to reduce (the lower rank's operand first), or into place. Nothing either rank
+  // reads is written before the read ends: in the reduce-scatter a rank reads the half its partner
+  // gives up, which the partner writes only in the allgather's exchange with it, and the allgather
+  // reads the partner's finished half; after an allgather exchange, neither rank returns (and lets
+  // its caller write its data) before the other says it is done reading.
+  void ExchangeCrossMemory(int peer, char* data, int64_t keep_lo, int64_t keep_hi, bool reduce, DataType dtype,
+                           ReduceOp op) {
+    Peer& p = peers_[peer];
+    const uint64_t mine = reinterpret_cast<uintptr_t>(data);
+    Send(peer, &mine, sizeof(mine));
+    uint64_t theirs = 0;
+    std::memcpy(&theirs, Recv(peer, sizeof(theirs)), sizeof(theirs));
+    const int64_t item = DataTypeSize(dtype);
+    const int64_t piece = std::max<int64_t>(1, kCrossPieceBytes / item);
+    if (reduce && p.landing.size() < static_cast<size_t>(piece * item)) p.landing.resize(piece * item);
+    for (int64_t i = keep_lo; i < keep_hi; i += piece) {
+      const int64_t n = std::min(piece, keep_hi - i);
+      char* local = data + i * item;
+      ReadPeerMemory(peer, reduce ? p.landing.data() : local, theirs + i * item, n * item);
+      if (!reduce) continue;
+      if (peer < rank_) {
+        Reduce(local, p.landing.data(), local, n, dtype, op);
+      } else {
+        Reduce(local, local, p.landing.data(), n, dtype, op);
+      }
+    }
+    if (!reduce) {
+      const uint64_t done = 1;
+      Send(peer, &done, sizeof(done));
+      Recv(peer, sizeof(done));
+    }
+  }
+
+  // `bytes` at `address` in the process of rank `peer`, into `into`.
+  void ReadPeerMemory(int peer, char* into, uint64_t address, int64_t bytes) {
+    int64_t got = 0;
+    while (got < bytes) {
+      iovec local{into + got, static_cast<size_t>(bytes - got)};
+      iovec remote{reinterpret_cast<void*>(address + got), static_cast<size_t>(bytes - got)};
+      const ssize_t n = process_vm_readv(peers_[peer].pid, &local, 1, &remote, 1, 0);
+      if (n <= 0) {
+        throw std::runtime_error("Gloo: reading the allreduce data of rank " + std::to_string(peer) + " (process " +
+                                 std::to_string(peers_[peer].pid) + ", this host) failed: " +
+                                 (n < 0 ? std::strerror(errno) : "nothing read") +
+                                 "; the rank may have exited");
+      }
+      got += n;
+    }
+  }
+
+  // Collective, while the mesh is built: finds the ranks of this host (the same hostname) whose
+  // memory this rank can read with process_vm_readv (same user, no seccomp or Yama restriction):
+  // each rank publishes its hostname, process id and the address of a probe word in the store and
+  // reads every same-host peer's probe; a pair uses cross-memory attach only when both of its
+  // ranks read the other's probe (each tells every peer what it found).
+  void EnableCrossMemory(horovod::Store& store, const std::string& prefix) {
+    // Under Yama's ptrace_scope=1 only a process's ancestors may read it unless it says otherwise.
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    probe_ = kCrossProbe ^ static_cast<uint64_t>(rank_);
+    std::ostringstream mine;
+    mine << host << '\n' << ::getpid() << '\n' << reinterpret_cast<uintptr_t>(&probe_);
+    const std::string text = mine.str();
+    store.Set(prefix + "cross/" + std::to_string(rank_), std::vector<char>(text.begin(), text.end()));
+    std::vector<uint64_t> readable(size_, 0);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const std::vector<char> value = store.Get(prefix + "cross/" + std::to_string(r));
+      std::istringstream theirs(std::string(value.begin(), value.end()));
+      std::string their_host;
+      int64_t pid = 0;
+      uint64_t address = 0;
+      std::getline(theirs, their_host);
+      theirs >> pid >> address;
+      if (!theirs || their_host != host || pid <= 0) continue;
+      uint64_t word = 0;
+      iovec local{&word, sizeof(word)}, remote{reinterpret_cast<void*>(address), sizeof(word)};
+      if (process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0) == sizeof(word) &&
+          word == (kCrossProbe ^ static_cast<uint64_t>(r))) {
+        readable[r] = static_cast<uint64_t>(pid);
+      }
+    }
+    for (int r = 0; r < size_; ++r) {
+      const uint64_t found = readable[r] != 0;
+      if (r != rank_) Send(r, &found, sizeof(found));
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      uint64_t found = 0;
+      std::memcpy(&found, Recv(r, sizeof(found)), sizeof(found));
+      if (found != 0 && readable[r] != 0) peers_[r].pid = static_cast<pid_t>(readable[r]);
     }
   }
 
@@ -336,6 +458,7 @@ class SyncMesh {
     std::unique_ptr<gloo::transport::Buffer> send, recv;
     gloo::transport::Pair* pair = nullptr;
     int fd = -1;  // the pair's socket, only to poll it
+    pid_t pid = 0;  // the peer's process, where this rank reads its memory (EnableCrossMemory)
   };
 
   // A byte string of any length: its length, then as much of it as fits, in the first message,
@@ -462,6 +585,7 @@ class SyncMesh {
   std::shared_ptr<gloo::Context> context_;  // declared before peers_: their buffers go first
   std::vector<Peer> peers_;
   std::vector<char> scratch_;
+  uint64_t probe_ = 0;  // read by the peers of this host (EnableCrossMemory)
 };
 
 class GlooBackend : public Communicator {
@@ -486,7 +610,7 @@ class GlooBackend : public Communicator {
       StoreAdapter store(*options.store, options.key_prefix);
       context->connectFullMesh(store, device_);
       sync_ = std::make_unique<SyncMesh>(rank_, size_, timeout_, *options.store, options.key_prefix + "sync/", device_,
-                                         options.busy_poll, options.spin);
+                                         options.busy_poll, options.spin, options.cross_memory);
     } else {
       horovod::MemoryStore memory;
       StoreAdapter store(memory, options.key_prefix);
