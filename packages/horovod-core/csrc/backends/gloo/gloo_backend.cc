@@ -344,9 +344,9 @@ class SyncMesh {
       iovec remote{reinterpret_cast<void*>(address + got), static_cast<size_t>(bytes - got)};
       const ssize_t n = process_vm_readv(peers_[peer].pid, &local, 1, &remote, 1, 0);
       if (n <= 0) {
+        const std::string why = n < 0 ? std::strerror(errno) : "nothing read";
         throw std::runtime_error("Gloo: reading the allreduce data of rank " + std::to_string(peer) + " (process " +
-                                 std::to_string(peers_[peer].pid) + ", this host) failed: " +
-                                 (n < 0 ? std::strerror(errno) : "nothing read") +
+                                 std::to_string(peers_[peer].pid) + " on host " + host_ + ") failed: " + why +
                                  "; the rank may have exited");
       }
       got += n;
@@ -363,6 +363,7 @@ class SyncMesh {
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     char host[256] = {};
     ::gethostname(host, sizeof(host) - 1);
+    host_ = host;
     probe_ = kCrossProbe ^ static_cast<uint64_t>(rank_);
     std::ostringstream mine;
     mine << host << '\n' << ::getpid() << '\n' << reinterpret_cast<uintptr_t>(&probe_);
@@ -586,6 +587,7 @@ class SyncMesh {
   std::vector<Peer> peers_;
   std::vector<char> scratch_;
   uint64_t probe_ = 0;  // read by the peers of this host (EnableCrossMemory)
+  std::string host_;    // this host's name, where peers_[r].pid are its processes
 };
 
 class GlooBackend : public Communicator {
