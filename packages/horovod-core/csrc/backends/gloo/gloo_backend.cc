@@ -142,7 +142,7 @@ class SyncMesh {
   SyncMesh(int rank, int size, std::chrono::milliseconds timeout, horovod::Store& store, const std::string& prefix,
            std::shared_ptr<gloo::transport::Device> device, bool busy_poll, std::chrono::microseconds spin,
            bool cross_memory)
-      : rank_(rank), size_(size), spin_(busy_poll ? std::chrono::microseconds(0) : spin), scratch_(kSyncChunkBytes) {
+      : rank_(rank), size_(size), spin_(busy_poll ? std::chrono::microseconds(0) : spin), scratch_(kSyncExchangeBytes) {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(timeout);
     StoreAdapter adapter(store, prefix);
@@ -248,6 +248,7 @@ class SyncMesh {
   // first, and copied to the others: every rank ends with the same bits: at two ranks those of the
   // reduction in rank order, at four those of (x0 op x1) op (x2 op x3), and so on.
   void HalvingDoublingAllreduce(char* data, int64_t count, DataType dtype, ReduceOp op) {
+    static constexpr int kMaxSteps = 31;  // ranks are ints
     int steps = 0;
     while ((1 << steps) < size_) ++steps;
     auto exchange = [&](int peer, int64_t send_lo, int64_t send_hi, int64_t keep_lo, int64_t keep_hi, bool reduce) {
@@ -257,21 +258,20 @@ class SyncMesh {
         Exchange(peer, data, send_lo, send_hi, keep_lo, keep_hi, reduce, dtype, op);
       }
     };
-    // The part of the tensor this rank holds before each step: lo[k], hi[k] before step k.
-    std::vector<int64_t> lo(steps + 1, 0), hi(steps + 1, count);
+    // The part of the tensor this rank holds before step k is [lo[k], hi[k]); in step k it keeps
+    // [lo[k + 1], hi[k + 1]) and its partner the other half, [given_lo[k], given_hi[k]).
+    int64_t lo[kMaxSteps + 1] = {0}, hi[kMaxSteps + 1] = {count}, given_lo[kMaxSteps], given_hi[kMaxSteps];
     for (int k = 0; k < steps; ++k) {
       const int64_t mid = lo[k] + (hi[k] - lo[k]) / 2;
       const bool upper = (rank_ >> k) & 1;
       lo[k + 1] = upper ? mid : lo[k];
       hi[k + 1] = upper ? hi[k] : mid;
-      const int peer = rank_ ^ (1 << k);
-      exchange(peer, upper ? lo[k] : mid, upper ? mid : hi[k], lo[k + 1], hi[k + 1], true);
+      given_lo[k] = upper ? lo[k] : mid;
+      given_hi[k] = upper ? mid : hi[k];
+      exchange(rank_ ^ (1 << k), given_lo[k], given_hi[k], lo[k + 1], hi[k + 1], true);
     }
     for (int k = steps - 1; k >= 0; --k) {
-      const int64_t mid = lo[k] + (hi[k] - lo[k]) / 2;
-      const bool upper = (rank_ >> k) & 1;
-      const int peer = rank_ ^ (1 << k);
-      exchange(peer, lo[k + 1], hi[k + 1], upper ? lo[k] : mid, upper ? mid : hi[k], false);
+      exchange(rank_ ^ (1 << k), lo[k + 1], hi[k + 1], given_lo[k], given_hi[k], false);
     }
   }
 
