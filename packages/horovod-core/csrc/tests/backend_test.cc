@@ -143,7 +143,7 @@ TEST_P(Backends, SplitMakesASubCommunicator) {
 // by cross-memory attach:
 // messages of several 128 KiB pieces, messages on both sides of the staged/direct limit (4 KiB:
 // 1023 and 1024 floats, a framed message whose last piece is staged), and allreduces on both
-// sides of its one-step limit (32 KiB), over several rounds, at three ranks through the ring and at
+// sides of its one-step limit (32 KiB; 64 KiB between two ranks), over several rounds, at three ranks through the ring and at
 // four and eight through recursive halving and doubling: every rank ends with the same bits, which
 // are those of the reduction in rank order, left to right, except in those two.
 class GlooSyncMesh : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
@@ -153,7 +153,7 @@ TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
   const int n = std::get<1>(GetParam());
   auto store = std::make_shared<MemoryStore>();
   auto value = [](int rank, int64_t i) { return 1.0f / static_cast<float>(3 + (i * 7 + rank * 13) % 101); };
-  const std::vector<int64_t> counts{1, 1023, 1024, 8192, 8193, 32768 * 3 + 5, 300001};
+  const std::vector<int64_t> counts{1, 1023, 1024, 8192, 8193, 16384, 16385, 32768 * 3 + 5, 300001};
   std::vector<std::vector<std::vector<float>>> results(n);
   testing::RunRanks(n, [&](int rank) {
     BackendOptions options = testing::LoopbackOptions(rank, n, store.get(), "sync/");

@@ -39,20 +39,26 @@ namespace {
 constexpr uint8_t kPeerSlotPrefix = 0x69;
 
 // The largest message the synchronous mesh sends in one piece (the ring's, broadcasts' and framed
-// messages'). A rank may have two such messages unread by a peer (see SyncMesh): Gloo sizes the
-// socket's send buffer to the message (Linux then doubles it, up to twice net.core.wmem_max, 208
-// KiB by default), and the peer's receive buffer (128 KiB at least) holds more, so neither writer
-// blocks on the other. 512 KiB would not fit the kernel's buffers under the default wmem_max:
+// messages'). A rank may have two such messages unread by a peer (see SyncMesh): every socket's
+// send buffer holds 320 KiB (kSendBufferBytes, doubled by Linux), and the peer's receive buffer
+// (128 KiB at least) holds more, so neither writer blocks on the other. 512 KiB would not fit:
 // writers could block on each other.
 constexpr size_t kSyncChunkBytes = 128 << 10;
+// The first message of every pair (SyncMesh::SizeSendBuffers): Gloo sizes the socket's send
+// buffer to it, and no later message is larger than half of it.
+constexpr size_t kSendBufferBytes = 160 << 10;
 // Allreduces up to this many bytes take one step (every rank sends its data to every other);
-// larger ones a reduce-scatter, then an allgather.
+// larger ones a reduce-scatter, then an allgather. Between two ranks one step goes up to
+// kPairExchangeBytes: on the test bed's 2 hosts x 1 rank a 64 KiB allreduce took 31-34 us in one
+// step against 39-41 us in two.
 constexpr size_t kSyncExchangeBytes = 32 << 10;
+constexpr size_t kPairExchangeBytes = 64 << 10;
 // The message size of recursive halving and doubling, where both ranks of a pair send at once.
-// Measured on the test bed (2 hosts x 1 rank, and 4 hosts x 1 rank), 32 KiB pieces kept 1-16 MiB
-// allreduces steady; with 64 or 128 KiB, most allreduces of 1 MiB and more stalled for
-// milliseconds (medians 3-4 times as long), with or without polling and TCP_QUICKACK.
-constexpr size_t kExchangePieceBytes = 32 << 10;
+// Measured on the test bed at 2 hosts x 1 rank: 128 KiB pieces took half the time of 32 KiB ones
+// for 256 KiB to 16 MiB (1 MiB: 266 us against 500 us; 4 MiB: 1.05 ms against 2.0 ms); 256 KiB
+// pieces were 2 times slower again, with 320 KiB or 2 MiB send buffers. Before SizeSendBuffers,
+// pieces over 32 KiB stalled for milliseconds.
+constexpr size_t kExchangePieceBytes = 128 << 10;
 // Between ranks of one host that read each other's memory: how much of a peer's data is read at
 // a time to be reduced (kept in cache while it is), and the probe that shows a peer's memory is
 // readable ("HVDCROSS" xor the rank).
@@ -142,7 +148,11 @@ class SyncMesh {
   SyncMesh(int rank, int size, std::chrono::milliseconds timeout, horovod::Store& store, const std::string& prefix,
            std::shared_ptr<gloo::transport::Device> device, bool busy_poll, std::chrono::microseconds spin,
            bool cross_memory)
-      : rank_(rank), size_(size), spin_(busy_poll ? std::chrono::microseconds(0) : spin), scratch_(kSyncExchangeBytes) {
+      : rank_(rank),
+        size_(size),
+        one_step_bytes_(size == 2 ? kPairExchangeBytes : kSyncExchangeBytes),
+        spin_(busy_poll ? std::chrono::microseconds(0) : spin),
+        scratch_(one_step_bytes_) {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(timeout);
     StoreAdapter adapter(store, prefix);
@@ -170,10 +180,32 @@ class SyncMesh {
       if (socket != sockets.end()) peer.fd = socket->second;
     }
     context_ = std::move(context);
+    SizeSendBuffers();
     if (cross_memory) EnableCrossMemory(store, prefix);
   }
 
-  // In-place allreduce of `count` elements. Up to kSyncExchangeBytes each rank sends its data to
+  // Collective, while the mesh is built: one kSendBufferBytes message to every peer and from it.
+  // Gloo sizes a socket's send buffer (SO_SNDBUF, which also ends the kernel's tuning of it) to
+  // the largest message sent so far, but only ever upwards: after 32 KiB messages it is 64 KiB
+  // (the kernel doubles what is asked), which a 64 KiB message, with the kernel's bookkeeping,
+  // overflows. Its writer then waits for the peer's acknowledgements, which the peer, writing its
+  // own message at the same moment, delays: on the test bed such allreduces stalled for
+  // milliseconds. This first message sizes every send buffer once for all (to kSendBufferBytes,
+  // or twice net.core.wmem_max where that is less), larger than any message the mesh sends later.
+  void SizeSendBuffers() {
+    std::vector<char> bytes(kSendBufferBytes);
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) Send(r, bytes.data(), bytes.size());
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) RecvDirect(peers_[r], bytes.data(), bytes.size());
+    }
+  }
+
+  // Allreduces up to this many bytes take one step.
+  int64_t one_step_bytes() const { return static_cast<int64_t>(one_step_bytes_); }
+
+  // In-place allreduce of `count` elements. Up to one_step_bytes() each rank sends its data to
   // every other and reduces all of it in rank order (one step, the same bits as the shared-memory
   // transport); beyond, at a power-of-two number of ranks, recursive halving and doubling, and at
   // other numbers the ring below. All leave the same bits on every rank. (Two steps at more than
@@ -183,8 +215,9 @@ class SyncMesh {
   void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
     const int64_t item = DataTypeSize(dtype);
     char* data = static_cast<char*>(buffer);
-    static_assert(kSyncExchangeBytes <= kSyncChunkBytes, "the one-step allreduce sends a single message");
-    if (count * item <= static_cast<int64_t>(kSyncExchangeBytes)) {
+    static_assert(kSyncExchangeBytes <= kPairExchangeBytes && kPairExchangeBytes <= kSyncChunkBytes,
+                  "the one-step allreduce sends a single message");
+    if (count * item <= one_step_bytes()) {
       for (int r = 0; r < size_; ++r) {
         if (r != rank_) Send(r, data, count * item);
       }
@@ -582,6 +615,7 @@ class SyncMesh {
   }
 
   int rank_, size_;
+  size_t one_step_bytes_;
   std::chrono::microseconds spin_;
   std::shared_ptr<gloo::Context> context_;  // declared before peers_: their buffers go first
   std::vector<Peer> peers_;
