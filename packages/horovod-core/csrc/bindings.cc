@@ -464,6 +464,7 @@ NB_MODULE(_core, m) {
     d["cycles"] = s.cycles;
     d["coordinator_rounds"] = s.coordinator_rounds;
     d["cache_hits"] = s.cache_hits;
+    d["eager_allreduces"] = s.eager_allreduces;
     d["negotiation_us"] = s.negotiation_us;
     d["caller_cycles"] = engine->caller_cycles();
     d["shared_memory"] = engine->shared_memory();
@@ -477,7 +478,8 @@ NB_MODULE(_core, m) {
     d["hierarchical_allgathers"] = h.allgathers;
     d["hierarchical_shared_memory"] = h.local_shared_memory;
     return d;
-  }, "Negotiation counters of the global process set (cycles, coordinator_rounds, cache_hits, negotiation_us), "
+  }, "Negotiation counters of the global process set (cycles, coordinator_rounds, cache_hits, negotiation_us, and "
+     "eager_allreduces: allreduces whose data the cache round carried), "
      "the cycles run by waiting callers instead of the background thread (caller_cycles, HOROVOD_CALLER_EXECUTION), "
      "whether its collectives go through shared memory (shared_memory) and its large allreduces read the peers' "
      "buffers directly (shared_memory_single_copy); the number of hosts the ranks are grouped into (hosts, by "

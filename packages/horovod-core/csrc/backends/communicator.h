@@ -130,6 +130,20 @@ struct SendRecvOptions {
   int peer = 0;
 };
 
+// One allreduce's data carried by the response cache's agreement round (eager allreduce,
+// Communicator::AllreduceBitsAndEager). `tag` 0: this rank sends no data. Otherwise `count`
+// elements of `dtype` are read from `input`, and when every rank sent data under the same tag,
+// their reduction by `op` in rank order, (x_0 op x_1) op x_2 ..., is written to `output` (which may
+// be `input`).
+struct EagerAllreduceOptions {
+  uint64_t tag = 0;
+  const void* input = nullptr;
+  void* output = nullptr;
+  int64_t count = 0;
+  DataType dtype = DataType::FLOAT32;
+  ReduceOp op = ReduceOp::SUM;
+};
+
 class Communicator {
  public:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}
@@ -164,6 +178,19 @@ class Communicator {
   // This base implementation gathers to rank 0 and broadcasts the result (through Gatherv and
   // BroadcastBytes); a transport may do better.
   virtual void AllreduceBitsAnd(std::vector<uint64_t>& words);
+  // Eager allreduce: the largest allreduce, in bytes, whose data AllreduceBitsAndEager carries (0:
+  // none). It depends only on the transport and the number of ranks, so every rank of a
+  // communicator gets the same answer, and for tensors up to it Allreduce leaves the bits of the
+  // reduction in rank order.
+  virtual int64_t EagerAllreduceBytes() const { return 0; }
+  // AllreduceBitsAnd with, from every rank that has it, one allreduce's data (`eager`, tag 0 for
+  // none): where EagerAllreduceBytes() > 0 every rank calls this instead of AllreduceBitsAnd in a
+  // given round. Returns true when every rank sent data under one nonzero tag; `eager.output`
+  // then holds the reduction, and it is untouched otherwise. The base class carries no data.
+  virtual bool AllreduceBitsAndEager(std::vector<uint64_t>& words, const EagerAllreduceOptions& eager) {
+    AllreduceBitsAnd(words);
+    return false;
+  }
   // Collective over this communicator: creates the communicator of `ranks` (ranks of this
   // communicator, sorted, unique), rendezvousing through options.store under options.key_prefix.
   // Returns nullptr on ranks outside `ranks`.
@@ -209,6 +236,9 @@ class ForwardingCommunicator : public Communicator {
   }
   void BroadcastBytes(std::vector<char>& data, int root) override { inner_->BroadcastBytes(data, root); }
   void AllreduceBitsAnd(std::vector<uint64_t>& words) override { inner_->AllreduceBitsAnd(words); }
+  // Not forwarded: a wrapper that reduces by its own path (shared memory, hierarchical) would not
+  // leave the bits of the inner communicator's reduction in rank order.
+  int64_t EagerAllreduceBytes() const override { return 0; }
   std::unique_ptr<Communicator> Split(const std::vector<int>& ranks, const BackendOptions& options) override {
     return inner_->Split(ranks, options);
   }

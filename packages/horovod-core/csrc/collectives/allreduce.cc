@@ -6,6 +6,8 @@
 // the device. Where the communicator reduces separate tensors straight from their own memory (the
 // shared-memory transport's single-copy path) and this rank has every tensor, the fusion buffer
 // is skipped. AVERAGE is a SUM followed by a scale by 1/size, folded into the postscale factor.
+// A small allreduce whose data the negotiation's cache round already reduced (`settled`, eager
+// allreduce in engine/controller.h) only applies its postscale.
 //
 // Adasum (spec core.md §6.10) runs the same staging, then the adaptive summation of
 // collectives/adasum.h over the communicator's point-to-point exchange instead of its allreduce.
@@ -81,6 +83,12 @@ class Allreduce : public Collective {
 
     int64_t count = 0;
     for (int64_t n : response.tensor_sizes) count += n;
+    if (response.settled) {
+      // The cache round carried the data and left the reduction in the output (eager allreduce,
+      // engine/controller.h).
+      if (reduction.postscale != 1.0) executor.Scale(entries[0]->output.data, count, dtype, reduction.postscale);
+      return;
+    }
     if (type() != OpType::ADASUM && response.prescale_factor == 1.0 && complete &&
         comm.SupportsPieces(count * static_cast<int64_t>(element_size), entries.size())) {
       AllreducePiecesOptions options;

@@ -346,9 +346,29 @@ ResponseList Controller::Negotiate(const RequestList& mine) {
   return list;
 }
 
+EagerAllreduceOptions Controller::EagerData(const Request& request, uint32_t bit, int64_t max_bytes,
+                                            TensorQueue* queue) const {
+  const Response& cached = cache_.response(bit);
+  TensorView input, output;
+  if (queue == nullptr || cached.type != OpType::ALLREDUCE || cached.names.size() != 1 ||
+      request.device != kCpuDevice || request.prescale_factor != 1.0 || !queue->Peek(request.name, &input, &output) ||
+      input.device != kCpuDevice || output.data == nullptr || output.dtype != input.dtype ||
+      input.num_bytes() == 0 || static_cast<int64_t>(input.num_bytes()) > max_bytes) {
+    return {};
+  }
+  EagerAllreduceOptions eager;
+  eager.tag = uint64_t{bit} + 1;
+  eager.input = input.data;
+  eager.output = output.data;
+  eager.count = input.num_elements();
+  eager.dtype = input.dtype;
+  eager.op = EffectiveReduction(cached, backend_.size()).op;
+  return eager;
+}
+
 ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool shutdown,
                                              const std::string& shutdown_reason, bool waiting, bool stuck,
-                                             bool job_deadlocked) {
+                                             bool job_deadlocked, TensorQueue* queue) {
   const auto start = std::chrono::steady_clock::now();
   ++stats_.cycles;
   // A join completed in the previous cycle's list; this rank stayed joined while executing it.
@@ -438,7 +458,18 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
     // Not-invalid section: all ones, then this rank's invalid entries cleared.
     std::fill(vec.begin() + 1 + words, vec.end(), ~uint64_t{0});
     for (uint32_t bit : local_invalid) vec[1 + words + bit / 64] &= ~(uint64_t{1} << (bit % 64));
-    if (backend_.size() > 1) backend_.AllreduceBitsAnd(vec);
+    bool settled = false;
+    if (backend_.size() > 1) {
+      const int64_t eager_bytes = backend_.EagerAllreduceBytes();
+      if (eager_bytes > 0) {
+        const bool alone = hits.size() == 1 && uncached.empty() && local_invalid.empty() && !local_joined_ &&
+                           (vec[0] & kQuiet) == kQuiet && !stuck;
+        settled = backend_.AllreduceBitsAndEager(vec, alone ? EagerData(hits[0].request, hit_bits[0], eager_bytes, queue)
+                                                            : EagerAllreduceOptions{});
+      } else {
+        backend_.AllreduceBitsAnd(vec);
+      }
+    }
     need_round = (vec[0] & kQuiet) != kQuiet;
     // Every rank stuck (global set): its pending tensors fail in a coordinator round now.
     job_stuck_ = (vec[0] & kStuck) != 0;
@@ -467,10 +498,16 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
       }
     }
     if (!common.empty()) last_news_ = start;
+    if (settled && (need_round || common.size() != 1 || common[0] != hit_bits[0])) {
+      throw std::logic_error("eager allreduce: every rank sent the data of cache bit " + std::to_string(hit_bits[0]) +
+                             " but the round did not settle on it alone");
+    }
     for (uint32_t bit : common) {
       cached_responses.push_back(cache_.response(bit));
+      cached_responses.back().settled = settled;
       cache_.Touch(bit);
     }
+    stats_.eager_allreduces += settled ? 1 : 0;
     for (uint32_t bit : invalid) cache_.Erase(bit);
     stats_.cache_hits += static_cast<int64_t>(common.size());
     if (!need_round && !uncached.empty()) {

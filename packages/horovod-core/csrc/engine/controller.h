@@ -23,6 +23,17 @@
 // "allreduce.m", rank 1 "allgather.m"), that is reported at once as a mismatch, without the timeout.
 // A cached tensor held on a waiting rank for half the timeout is negotiated through the coordinator
 // (like a stalled one), so that the coordinator sees it.
+//
+// Eager allreduce. Where the set's communicator can carry an allreduce's data in the cache round
+// (Communicator::EagerAllreduceBytes), a rank whose whole business in a cycle is one cached
+// allreduce of a CPU tensor that small (no other request, nothing invalid, no flag raised, not
+// joined, no prescale) sends the tensor with its bits, tagged with the cache bit. When every rank
+// sent the same tag, the round has also reduced the data: the response comes back marked
+// `settled`, and the allreduce only applies its postscale. That every rank tagged the same bit
+// means every rank holds exactly that hit and nothing else, so the round's verdict is that one
+// cached response on every rank; otherwise the data is dropped and the cycle goes on as without
+// it. A synchronous small allreduce (a loss, a metric, a barrier's) then costs one exchange
+// instead of two. The tensor's data lies in the set's queue (`queue` of ComputeResponseList).
 #pragma once
 
 #include <chrono>
@@ -38,6 +49,7 @@
 #include "message.h"
 #include "response_cache.h"
 #include "stall_inspector.h"
+#include "tensor_queue.h"
 
 namespace horovod {
 
@@ -49,6 +61,7 @@ struct NegotiationStats {
   int64_t coordinator_rounds = 0;  // cycles that needed the gather/broadcast round
   int64_t cache_hits = 0;        // responses served from the response cache
   int64_t negotiation_us = 0;    // time spent in ComputeResponseList, microseconds
+  int64_t eager_allreduces = 0;  // allreduces whose data the cache round carried (settled)
 };
 
 class Controller {
@@ -68,8 +81,12 @@ class Controller {
   // the deadlock timeout. When every rank says so in the cache round, the global set fails its
   // pending tensors in this negotiation and job_stuck() is true on every rank; passed to the other
   // sets as `job_deadlocked` in the same cycle, their coordinators fail their pending tensors too.
+  //
+  // `queue`: the set's tensor queue, where an eager allreduce's data is read (null: no eager
+  // allreduce).
   ResponseList ComputeResponseList(std::vector<Request> requests, bool shutdown, const std::string& shutdown_reason,
-                                   bool waiting = false, bool stuck = false, bool job_deadlocked = false);
+                                   bool waiting = false, bool stuck = false, bool job_deadlocked = false,
+                                   TensorQueue* queue = nullptr);
   // Whether every rank said `stuck` in this cycle's cache round (false without one).
   bool job_stuck() const { return job_stuck_; }
 
@@ -94,6 +111,10 @@ class Controller {
     Request request;
     std::chrono::steady_clock::time_point since;
   };
+  // The eager allreduce options of this rank's one cache hit, `request` (cache bit `bit`), whose
+  // data lies in `queue`; tag 0 (no data) when it is not an allreduce of a CPU tensor of at most
+  // `max_bytes` without prescale.
+  EagerAllreduceOptions EagerData(const Request& request, uint32_t bit, int64_t max_bytes, TensorQueue* queue) const;
   // The gather / coordinate / broadcast round.
   ResponseList Negotiate(const RequestList& mine);
   // Coordinator only: every rank's request list (indexed by set rank) -> the new responses.

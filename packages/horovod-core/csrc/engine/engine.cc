@@ -471,7 +471,7 @@ bool Engine::RunCycle(std::chrono::steady_clock::time_point now) {
   const bool stuck = timeout.count() > 0 && now - last_activity_ >= timeout && sets_->AnyCallerWaiting();
   ResponseList list =
       global->controller->ComputeResponseList(global->queue.PopRequests(), shutdown_requested_, reason,
-                                             global->waiters.load() > 0, stuck);
+                                             global->waiters.load() > 0, stuck, false, &global->queue);
   // Every rank was stuck: the global set's own pending tensors failed in this negotiation; the
   // other sets' fail in theirs below.
   const bool job_deadlocked = global->controller->job_stuck();
@@ -495,7 +495,7 @@ bool Engine::RunCycle(std::chrono::steady_clock::time_point now) {
     if (set->id == 0) continue;
     ResponseList set_list =
         set->controller->ComputeResponseList(set->queue.PopRequests(), false, "", set->waiters.load() > 0, false,
-                                             job_deadlocked);
+                                             job_deadlocked, &set->queue);
     // A stall in this set shuts every rank down through the global set's next negotiation.
     if (set_list.shutdown) RequestShutdown(set_list.shutdown_reason);
     PerformAll(*set, set_list);

@@ -59,6 +59,9 @@ struct Response {
   // ALLTOALL: the size x size matrix of rows sent, [sender * size + receiver]. JOIN: the global
   // rank that joined last. ADD_PROCESS_SET: the global ranks. REMOVE_PROCESS_SET: the set id.
   std::vector<int64_t> tensor_sizes;
+  // Not serialized: this rank's cache round already carried the allreduce's data and left the
+  // reduction (before the postscale) in the tensor's output (eager allreduce, controller.h).
+  bool settled = false;
 };
 
 struct ResponseList {

@@ -100,6 +100,15 @@ std::vector<Request> TensorQueue::PopRequests() {
   return out;
 }
 
+bool TensorQueue::Peek(const std::string& name, TensorView* input, TensorView* output) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = table_.find(name);
+  if (it == table_.end()) return false;
+  *input = it->second.input;
+  *output = it->second.output;
+  return true;
+}
+
 bool TensorQueue::TryTake(const std::string& name, TensorTableEntry* entry) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = table_.find(name);

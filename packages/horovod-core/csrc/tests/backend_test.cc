@@ -215,6 +215,73 @@ TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
   }
 }
 
+// The cache round carrying an allreduce's data (Communicator::AllreduceBitsAndEager): when every
+// rank sends the same tag, every rank returns true with the bits of the reduction in rank order in
+// its output, inline (a few bytes) or in a message of its own (up to the one-step limit), in place
+// or not; when one rank's tag or size differs, or one sends nothing, every rank returns false with
+// its output untouched. The words are ANDed either way, and the mesh stays in step (a plain
+// allreduce follows each round).
+TEST_P(GlooSyncMesh, EagerCacheRound) {
+  const std::string waiting = std::get<0>(GetParam());
+  const int n = std::get<1>(GetParam());
+  auto store = std::make_shared<MemoryStore>();
+  auto value = [](int rank, int64_t i) { return 1.0f / static_cast<float>(3 + (i * 5 + rank * 11) % 97); };
+  const int64_t limit = n == 2 ? 65536 : 32768;
+  testing::RunRanks(n, [&](int rank) {
+    BackendOptions options = testing::LoopbackOptions(rank, n, store.get(), "eager/");
+    options.busy_poll = waiting == "busy";
+    options.cross_memory = waiting == "cross";
+    if (waiting == "spin") options.spin = std::chrono::microseconds(50);
+    std::unique_ptr<Communicator> backend = BackendRegistry::Create("gloo", options);
+    ASSERT_EQ(backend->EagerAllreduceBytes(), limit);
+    struct Round {
+      int64_t count;
+      bool in_place;
+      int odd_rank;  // -1: every rank alike; else this rank sends another tag, size or nothing
+      int oddity;    // 0: another tag, 1: one element fewer, 2: no data
+    };
+    const int64_t most = limit / 4;
+    const std::vector<Round> rounds{{3, false, -1, 0},      {most, true, -1, 0},   {most, false, n - 1, 0},
+                                    {1000, true, 0, 2},      {most, true, n / 2, 1}, {1023, false, -1, 0},
+                                    {1024, true, n - 1, 2}};
+    for (size_t k = 0; k < rounds.size(); ++k) {
+      const Round& round = rounds[k];
+      const bool odd = rank == round.odd_rank;
+      std::vector<float> input(round.count), output(round.count, -7.0f);
+      for (int64_t i = 0; i < round.count; ++i) input[i] = value(rank, i + static_cast<int64_t>(k));
+      const std::vector<float> original = input;
+      EagerAllreduceOptions eager;
+      eager.tag = odd && round.oddity == 0 ? 9 : odd && round.oddity == 2 ? 0 : 5;
+      eager.input = input.data();
+      eager.output = round.in_place ? input.data() : output.data();
+      eager.count = odd && round.oddity == 1 ? round.count - 1 : round.count;
+      eager.dtype = DataType::FLOAT32;
+      eager.op = ReduceOp::SUM;
+      std::vector<uint64_t> words(3, ~uint64_t{0});
+      words[1] &= ~(uint64_t{1} << rank);
+      const bool settled = backend->AllreduceBitsAndEager(words, eager);
+      ASSERT_EQ(words[0], ~uint64_t{0});
+      ASSERT_EQ(words[1], ~((uint64_t{1} << n) - 1)) << "round " << k;
+      ASSERT_EQ(settled, round.odd_rank < 0) << "round " << k;
+      const std::vector<float>& result = round.in_place ? input : output;
+      for (int64_t i = 0; i < round.count; ++i) {
+        if (!settled) {
+          ASSERT_EQ(result[i], round.in_place ? original[i] : -7.0f) << "round " << k << ", element " << i;
+          continue;
+        }
+        float expected = value(0, i + static_cast<int64_t>(k));
+        for (int r = 1; r < n; ++r) expected += value(r, i + static_cast<int64_t>(k));
+        ASSERT_EQ(std::memcmp(&result[i], &expected, sizeof(float)), 0)
+            << "round " << k << ", element " << i << ": " << result[i] << " != " << expected;
+      }
+      if (!round.in_place) ASSERT_EQ(input, original) << "round " << k << " wrote its input";
+      std::vector<double> check{static_cast<double>(rank)};
+      backend->Allreduce({check.data(), 1, DataType::FLOAT64, ReduceOp::SUM});
+      ASSERT_EQ(check[0], n * (n - 1) / 2.0) << "after round " << k;
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Polling, GlooSyncMesh,
                          ::testing::Combine(::testing::Values("sleep", "spin", "busy", "cross"), ::testing::Values(2, 3, 4, 8)),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
