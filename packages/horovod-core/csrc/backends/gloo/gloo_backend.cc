@@ -275,9 +275,9 @@ class SyncMesh {
   // every rank still sends 1.5 times the tensor in all, as in the ring. A step's halves travel in
   // messages of kExchangePieceBytes, each rank sending one before reading its partner's, so at most
   // one message of a rank is unread by its partner of the step and one by its partner of the next.
-  // Between two ranks of one host that read each other's memory, the exchange reads the kept half
-  // straight from the partner's data instead (ExchangeCrossMemory): at 2 hosts x 2 ranks the
-  // largest exchanges then skip TCP. Each element is reduced on one rank, the lower rank's operand
+  // Between two ranks of one host that may access each other's memory, the reduce-scatter reads
+  // the kept half straight from the partner's data instead, and the allgather writes the finished
+  // half into it (ExchangeCrossMemory): at 2 hosts x 2 ranks the largest exchanges then skip TCP. Each element is reduced on one rank, the lower rank's operand
   // first, and copied to the others: every rank ends with the same bits: at two ranks those of the
   // reduction in rank order, at four those of (x0 op x1) op (x2 op x3), and so on.
   void HalvingDoublingAllreduce(char* data, int64_t count, DataType dtype, ReduceOp op) {
@@ -286,7 +286,7 @@ class SyncMesh {
     while ((1 << steps) < size_) ++steps;
     auto exchange = [&](int peer, int64_t send_lo, int64_t send_hi, int64_t keep_lo, int64_t keep_hi, bool reduce) {
       if (peers_[peer].pid > 0) {
-        ExchangeCrossMemory(peer, data, keep_lo, keep_hi, reduce, dtype, op);
+        ExchangeCrossMemory(peer, data, send_lo, send_hi, keep_lo, keep_hi, reduce, dtype, op);
       } else {
         Exchange(peer, data, send_lo, send_hi, keep_lo, keep_hi, reduce, dtype, op);
       }
@@ -333,61 +333,69 @@ class SyncMesh {
     }
   }
 
-  // The same exchange with a rank of this host whose memory this rank reads (peers_[peer].pid):
-  // the two tell each other where their data lies, then each reads the elements it keeps,
-  // [keep_lo, keep_hi), straight from the other's data with process_vm_readv, a kCrossPieceBytes
-  // piece at a time to reduce (the lower rank's operand first), or into place. Nothing either rank
-  // reads is written before the read ends: in the reduce-scatter a rank reads the half its partner
-  // gives up, which the partner writes only in the allgather's exchange with it, and the allgather
-  // reads the partner's finished half; after an allgather exchange, neither rank returns (and lets
-  // its caller write its data) before the other says it is done reading.
-  void ExchangeCrossMemory(int peer, char* data, int64_t keep_lo, int64_t keep_hi, bool reduce, DataType dtype,
-                           ReduceOp op) {
+  // The same exchange with a rank of this host whose memory this rank reads and writes
+  // (peers_[peer].pid). In the reduce-scatter the two tell each other where their data lies, then
+  // each reads the elements it keeps, [keep_lo, keep_hi), straight from the other's data with
+  // process_vm_readv, a kCrossPieceBytes piece at a time, and reduces them (the lower rank's
+  // operand first). In the allgather, which meets the same partner later in the same allreduce,
+  // each writes its finished elements, [send_lo, send_hi), into the other's data at the same
+  // offsets with process_vm_writev, then says so, and neither returns (and lets its caller touch
+  // its data) before the other has said so. No rank reads or writes what another uses at the same
+  // time: the elements a rank reads from its partner in the reduce-scatter are those the partner
+  // gives up, which it no longer touches; the partner's elements a rank writes in the allgather are
+  // the same ones, which the rank itself read earlier and the partner waits for.
+  void ExchangeCrossMemory(int peer, char* data, int64_t send_lo, int64_t send_hi, int64_t keep_lo, int64_t keep_hi,
+                           bool reduce, DataType dtype, ReduceOp op) {
     Peer& p = peers_[peer];
+    const int64_t item = DataTypeSize(dtype);
+    const uint64_t done = 1;
+    if (!reduce) {
+      if (send_hi > send_lo) {
+        CopyPeerMemory(peer, data + send_lo * item, p.remote_data + send_lo * item, (send_hi - send_lo) * item, true);
+      }
+      Send(peer, &done, sizeof(done));
+      Recv(peer, sizeof(done));
+      return;
+    }
     const uint64_t mine = reinterpret_cast<uintptr_t>(data);
     Send(peer, &mine, sizeof(mine));
-    uint64_t theirs = 0;
-    std::memcpy(&theirs, Recv(peer, sizeof(theirs)), sizeof(theirs));
-    const int64_t item = DataTypeSize(dtype);
+    std::memcpy(&p.remote_data, Recv(peer, sizeof(p.remote_data)), sizeof(p.remote_data));
     const int64_t piece = std::max<int64_t>(1, kCrossPieceBytes / item);
-    if (reduce && p.landing.size() < static_cast<size_t>(piece * item)) p.landing.resize(piece * item);
+    if (p.landing.size() < static_cast<size_t>(piece * item)) p.landing.resize(piece * item);
     for (int64_t i = keep_lo; i < keep_hi; i += piece) {
       const int64_t n = std::min(piece, keep_hi - i);
       char* local = data + i * item;
-      ReadPeerMemory(peer, reduce ? p.landing.data() : local, theirs + i * item, n * item);
-      if (!reduce) continue;
+      CopyPeerMemory(peer, p.landing.data(), p.remote_data + i * item, n * item, false);
       if (peer < rank_) {
         Reduce(local, p.landing.data(), local, n, dtype, op);
       } else {
         Reduce(local, local, p.landing.data(), n, dtype, op);
       }
     }
-    if (!reduce) {
-      const uint64_t done = 1;
-      Send(peer, &done, sizeof(done));
-      Recv(peer, sizeof(done));
-    }
   }
 
-  // `bytes` at `address` in the process of rank `peer`, into `into`.
-  void ReadPeerMemory(int peer, char* into, uint64_t address, int64_t bytes) {
-    int64_t got = 0;
-    while (got < bytes) {
-      iovec local{into + got, static_cast<size_t>(bytes - got)};
-      iovec remote{reinterpret_cast<void*>(address + got), static_cast<size_t>(bytes - got)};
-      const ssize_t n = process_vm_readv(peers_[peer].pid, &local, 1, &remote, 1, 0);
+  // `bytes` between `local` and `address` in the process of rank `peer`: read from there into
+  // `local`, or written there from it (`write`).
+  void CopyPeerMemory(int peer, char* local, uint64_t address, int64_t bytes, bool write) {
+    int64_t done = 0;
+    while (done < bytes) {
+      iovec here{local + done, static_cast<size_t>(bytes - done)};
+      iovec there{reinterpret_cast<void*>(address + done), static_cast<size_t>(bytes - done)};
+      const pid_t pid = peers_[peer].pid;
+      const ssize_t n = write ? process_vm_writev(pid, &here, 1, &there, 1, 0) : process_vm_readv(pid, &here, 1, &there, 1, 0);
       if (n <= 0) {
-        const std::string why = n < 0 ? std::strerror(errno) : "nothing read";
-        throw std::runtime_error("Gloo: reading the allreduce data of rank " + std::to_string(peer) + " (process " +
-                                 std::to_string(peers_[peer].pid) + " on host " + host_ + ") failed: " + why +
-                                 "; the rank may have exited");
+        const std::string why = n < 0 ? std::strerror(errno) : "nothing moved";
+        throw std::runtime_error(std::string("Gloo: ") + (write ? "writing the allreduce data of rank " : "reading the allreduce data of rank ") +
+                                 std::to_string(peer) + " (process " + std::to_string(pid) + " on host " + host_ +
+                                 ") failed: " + why + "; the rank may have exited");
       }
-      got += n;
+      done += n;
     }
   }
 
   // Collective, while the mesh is built: finds the ranks of this host (the same hostname) whose
-  // memory this rank can read with process_vm_readv (same user, no seccomp or Yama restriction):
+  // memory this rank can read with process_vm_readv, and so write with process_vm_writev, which
+  // the kernel allows on the same terms (same user, no seccomp or Yama restriction):
   // each rank publishes its hostname, process id and the address of a probe word in the store and
   // reads every same-host peer's probe; a pair uses cross-memory attach only when both of its
   // ranks read the other's probe (each tells every peer what it found).
@@ -561,6 +569,7 @@ class SyncMesh {
     gloo::transport::Pair* pair = nullptr;
     int fd = -1;  // the pair's socket, only to poll it
     pid_t pid = 0;  // the peer's process, where this rank reads its memory (EnableCrossMemory)
+    uint64_t remote_data = 0;  // where the peer's data lies, in the allreduce under way (cross memory)
   };
 
   // A byte string of any length: its length, then as much of it as fits, in the first message,
