@@ -60,15 +60,28 @@ TOPOLOGY_WORKER = textwrap.dedent("""
     hvd.shutdown()
 """)
 
-# Every collective across the hosts against numpy (horovod_testing's shared suite).
+# Every collective across the hosts against numpy (horovod_testing's shared suite), then a loop of
+# small synchronous allreduces of one name, as a training loop's loss (eager allreduces over Gloo).
 COLLECTIVES_WORKER = textwrap.dedent("""
     import json
-    from horovod.common import _core
+    import numpy as np
+    from horovod.common import _core, ops
+    from horovod.common.basics import HorovodBasics
     from horovod_testing.collectives import NumpyAdapter, run_collective_suite
 
     counts = run_collective_suite(NumpyAdapter)
-    print("RESULT " + json.dumps({"counts": counts, "stats": dict(_core.engine_stats())}),
-          flush=True)
+    hvd = HorovodBasics()
+    rank, size = hvd.rank(), hvd.size()
+    before = _core.engine_stats()["eager_allreduces"]
+    for step in range(20):
+        loss = np.array([rank + step * 0.5, -rank], np.float32)
+        ops.wait(ops.allreduce_async([loss], [loss], ["loss"], hvd.Average))
+        expected = np.array([sum(r + step * 0.5 for r in range(size)), -sum(range(size))], np.float32) / size
+        np.testing.assert_allclose(loss, expected, rtol=1e-6)
+    counts["loss_steps"] = 20
+    stats = dict(_core.engine_stats())
+    stats["loop_eager_allreduces"] = stats["eager_allreduces"] - before
+    print("RESULT " + json.dumps({"counts": counts, "stats": stats}), flush=True)
 """)
 
 # Trains in a loop of allreduces until killed; prints its pid first.
@@ -281,6 +294,14 @@ def test_every_collective_across_hosts(bed, tmp_path, layout, hierarchical):
         assert bool(stats["hierarchical"]) == (hierarchical and homogeneous), stats
         if hierarchical:
             assert stats["hierarchical_allreduces"] > 0 and stats["hierarchical_allgathers"] > 0
+        # The loss loop's allreduces ride the cache round across the hosts on the flat path (all
+        # but its first, which the coordinator negotiates); the hierarchical path reduces by its
+        # own steps, and its round carries no data.
+        assert counts["loss_steps"] == 20, counts
+        if stats["hierarchical"]:
+            assert stats["eager_allreduces"] == 0, stats
+        else:
+            assert stats["loop_eager_allreduces"] >= 10, stats
 
 
 def _start_looping_job(bed, tmp_path, extra=()):
