@@ -146,7 +146,18 @@ TEST_P(Backends, SplitMakesASubCommunicator) {
 // sides of its one-step limit (32 KiB; 64 KiB between two ranks), over several rounds, at three ranks through the ring and at
 // four and eight through recursive halving and doubling: every rank ends with the same bits, which
 // are those of the reduction in rank order, left to right, except in those two.
-class GlooSyncMesh : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+class GlooSyncMesh : public ::testing::TestWithParam<std::tuple<std::string, int>> {
+ protected:
+  // Rank `rank` of `n`'s Gloo backend, waiting the way `waiting` names.
+  static std::unique_ptr<Communicator> MakeMesh(const std::string& waiting, int rank, int n, Store* store,
+                                                const std::string& prefix) {
+    BackendOptions options = testing::LoopbackOptions(rank, n, store, prefix);
+    options.busy_poll = waiting == "busy";
+    options.cross_memory = waiting == "cross";
+    if (waiting == "spin") options.spin = std::chrono::microseconds(50);
+    return BackendRegistry::Create("gloo", options);
+  }
+};
 
 TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
   const std::string waiting = std::get<0>(GetParam());
@@ -156,11 +167,7 @@ TEST_P(GlooSyncMesh, LargeMessagesAndRankOrder) {
   const std::vector<int64_t> counts{1, 1023, 1024, 8192, 8193, 16384, 16385, 32768 * 3 + 5, 300001};
   std::vector<std::vector<std::vector<float>>> results(n);
   testing::RunRanks(n, [&](int rank) {
-    BackendOptions options = testing::LoopbackOptions(rank, n, store.get(), "sync/");
-    options.busy_poll = waiting == "busy";
-    options.cross_memory = waiting == "cross";
-    if (waiting == "spin") options.spin = std::chrono::microseconds(50);
-    std::unique_ptr<Communicator> backend = BackendRegistry::Create("gloo", options);
+    std::unique_ptr<Communicator> backend = MakeMesh(waiting, rank, n, store.get(), "sync/");
     for (int64_t count : counts) {
       std::vector<float> data(count);
       for (int64_t i = 0; i < count; ++i) data[i] = value(rank, i);
@@ -228,11 +235,7 @@ TEST_P(GlooSyncMesh, EagerCacheRound) {
   auto value = [](int rank, int64_t i) { return 1.0f / static_cast<float>(3 + (i * 5 + rank * 11) % 97); };
   const int64_t limit = n == 2 ? 65536 : 32768;
   testing::RunRanks(n, [&](int rank) {
-    BackendOptions options = testing::LoopbackOptions(rank, n, store.get(), "eager/");
-    options.busy_poll = waiting == "busy";
-    options.cross_memory = waiting == "cross";
-    if (waiting == "spin") options.spin = std::chrono::microseconds(50);
-    std::unique_ptr<Communicator> backend = BackendRegistry::Create("gloo", options);
+    std::unique_ptr<Communicator> backend = MakeMesh(waiting, rank, n, store.get(), "eager/");
     ASSERT_EQ(backend->EagerAllreduceBytes(), limit);
     struct Round {
       int64_t count;
