@@ -464,8 +464,9 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
       if (eager_bytes > 0) {
         const bool alone = hits.size() == 1 && uncached.empty() && local_invalid.empty() && !local_joined_ &&
                            (vec[0] & kQuiet) == kQuiet && !stuck;
-        settled = backend_.AllreduceBitsAndEager(vec, alone ? EagerData(hits[0].request, hit_bits[0], eager_bytes, queue)
-                                                            : EagerAllreduceOptions{});
+        const EagerAllreduceOptions eager =
+            alone ? EagerData(hits[0].request, hit_bits[0], eager_bytes, queue) : EagerAllreduceOptions{};
+        settled = backend_.AllreduceBitsAndEager(vec, eager);
       } else {
         backend_.AllreduceBitsAnd(vec);
       }

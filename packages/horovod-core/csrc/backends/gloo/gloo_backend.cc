@@ -277,9 +277,10 @@ class SyncMesh {
   // one message of a rank is unread by its partner of the step and one by its partner of the next.
   // Between two ranks of one host that may access each other's memory, the reduce-scatter reads
   // the kept half straight from the partner's data instead, and the allgather writes the finished
-  // half into it (ExchangeCrossMemory): at 2 hosts x 2 ranks the largest exchanges then skip TCP. Each element is reduced on one rank, the lower rank's operand
-  // first, and copied to the others: every rank ends with the same bits: at two ranks those of the
-  // reduction in rank order, at four those of (x0 op x1) op (x2 op x3), and so on.
+  // half into it (ExchangeCrossMemory): at 2 hosts x 2 ranks the largest exchanges then skip TCP.
+  // Each element is reduced on one rank, the lower rank's operand first, and copied to the others:
+  // every rank ends with the same bits: at two ranks those of the reduction in rank order, at four
+  // those of (x0 op x1) op (x2 op x3), and so on.
   void HalvingDoublingAllreduce(char* data, int64_t count, DataType dtype, ReduceOp op) {
     static constexpr int kMaxSteps = 31;  // ranks are ints
     int steps = 0;
@@ -382,12 +383,14 @@ class SyncMesh {
       iovec here{local + done, static_cast<size_t>(bytes - done)};
       iovec there{reinterpret_cast<void*>(address + done), static_cast<size_t>(bytes - done)};
       const pid_t pid = peers_[peer].pid;
-      const ssize_t n = write ? process_vm_writev(pid, &here, 1, &there, 1, 0) : process_vm_readv(pid, &here, 1, &there, 1, 0);
+      const ssize_t n =
+          write ? process_vm_writev(pid, &here, 1, &there, 1, 0) : process_vm_readv(pid, &here, 1, &there, 1, 0);
       if (n <= 0) {
         const std::string why = n < 0 ? std::strerror(errno) : "nothing moved";
-        throw std::runtime_error(std::string("Gloo: ") + (write ? "writing the allreduce data of rank " : "reading the allreduce data of rank ") +
-                                 std::to_string(peer) + " (process " + std::to_string(pid) + " on host " + host_ +
-                                 ") failed: " + why + "; the rank may have exited");
+        throw std::runtime_error(std::string("Gloo: ") + (write ? "writing" : "reading") +
+                                 " the allreduce data of rank " + std::to_string(peer) + " (process " +
+                                 std::to_string(pid) + " on host " + host_ + ") failed: " + why +
+                                 "; the rank may have exited");
       }
       done += n;
     }
