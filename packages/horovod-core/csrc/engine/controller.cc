@@ -348,20 +348,22 @@ ResponseList Controller::Negotiate(const RequestList& mine) {
 
 EagerAllreduceOptions Controller::EagerData(const Request& request, uint32_t bit, int64_t max_bytes,
                                             TensorQueue* queue) const {
+  // The request describes the tensor (its dtype, shape and device; the output matches the input, as
+  // the allreduce's enqueue checks); the queue only holds where the data lies.
   const Response& cached = cache_.response(bit);
-  TensorView input, output;
+  const int64_t count = NumElements(request.shape);
+  const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(request.dtype));
+  EagerAllreduceOptions eager;
+  void* output = nullptr;
   if (queue == nullptr || cached.type != OpType::ALLREDUCE || cached.names.size() != 1 ||
-      request.device != kCpuDevice || request.prescale_factor != 1.0 || !queue->Peek(request.name, &input, &output) ||
-      input.device != kCpuDevice || output.data == nullptr || output.dtype != input.dtype ||
-      input.num_bytes() == 0 || static_cast<int64_t>(input.num_bytes()) > max_bytes) {
+      request.device != kCpuDevice || request.prescale_factor != 1.0 || bytes == 0 || bytes > max_bytes ||
+      !queue->Peek(request.name, &eager.input, &output) || output == nullptr) {
     return {};
   }
-  EagerAllreduceOptions eager;
   eager.tag = uint64_t{bit} + 1;
-  eager.input = input.data;
-  eager.output = output.data;
-  eager.count = input.num_elements();
-  eager.dtype = input.dtype;
+  eager.output = output;
+  eager.count = count;
+  eager.dtype = request.dtype;
   eager.op = EffectiveReduction(cached, backend_.size()).op;
   return eager;
 }

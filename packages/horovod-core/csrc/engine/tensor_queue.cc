@@ -100,12 +100,12 @@ std::vector<Request> TensorQueue::PopRequests() {
   return out;
 }
 
-bool TensorQueue::Peek(const std::string& name, TensorView* input, TensorView* output) {
+bool TensorQueue::Peek(const std::string& name, const void** input, void** output) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = table_.find(name);
   if (it == table_.end()) return false;
-  *input = it->second.input;
-  *output = it->second.output;
+  *input = it->second.input.data;
+  *output = it->second.output.data;
   return true;
 }
 

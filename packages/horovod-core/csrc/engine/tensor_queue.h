@@ -101,10 +101,10 @@ class TensorQueue {
   void Add(std::vector<Request> requests, std::vector<TensorTableEntry> entries);
   std::vector<Request> PopRequests();
   bool Empty();
-  // The input and output of the entry for `name`, left queued; false when this rank has none.
-  // The views stay valid while the entry is queued (until TryTake or Close, both of which run
-  // under the engine's cycle, as does the caller of Peek).
-  bool Peek(const std::string& name, TensorView* input, TensorView* output);
+  // Where the input and output data of the entry for `name` lie, the entry left queued; false when
+  // this rank has none. They stay valid while the entry is queued (until TryTake or Close, both of
+  // which run under the engine's cycle, as does the caller of Peek).
+  bool Peek(const std::string& name, const void** input, void** output);
   // Removes the entry for `name` into `*entry`; false when this rank has none (a joined rank).
   bool TryTake(const std::string& name, TensorTableEntry* entry);
   // Refuses further Adds with `status` and returns everything still queued.

@@ -443,28 +443,14 @@ class SyncMesh {
     }
   }
 
-  // Every rank's words ANDed: each rank sends its words to every other, a message's worth at a time.
-  void AllreduceBitsAnd(std::vector<uint64_t>& words) {
-    const size_t per_message = kSyncChunkBytes / sizeof(uint64_t);
-    for (size_t start = 0; start < words.size(); start += per_message) {
-      const size_t n = std::min(per_message, words.size() - start);
-      for (int r = 0; r < size_; ++r) {
-        if (r != rank_) Send(r, words.data() + start, n * sizeof(uint64_t));
-      }
-      for (int r = 0; r < size_; ++r) {
-        if (r == rank_) continue;
-        const auto* theirs = reinterpret_cast<const uint64_t*>(Recv(r, n * sizeof(uint64_t)));
-        for (size_t i = 0; i < n; ++i) words[start + i] &= theirs[i];
-      }
-    }
-  }
-
-  // The cache round with an allreduce's data (Communicator::AllreduceBitsAndEager): each rank
-  // sends every other one framed message, [tag, data bytes, words..., data], where the data rides
-  // along when it fits the first staged message, and otherwise follows in a message of its own,
-  // straight from the tensor. The words are ANDed; the data is reduced in rank order as it
-  // arrives (from rank 0 up), into `output` directly at two ranks and into scratch_ at more, until
-  // some rank's tag differs from this one's; the rest is read and dropped.
+  // The cache round, every rank's words ANDed, with an allreduce's data where a rank has one
+  // (Communicator::AllreduceBitsAndEager; tag 0: none): each rank sends every other one framed
+  // message, [tag, data bytes, words..., data], where the data rides along when it fits the first
+  // staged message, and otherwise follows in a message of its own, straight from the tensor. The
+  // data is reduced in rank order as it arrives (from rank 0 up), into `output` directly at two
+  // ranks and into scratch_ at more, until some rank's tag differs from this one's; the rest is
+  // read and dropped. The messages go through buffers kept from round to round (this runs every
+  // cycle): round_out_, and each peer's `round`, which holds its inline data until its next round.
   bool AllreduceBitsAndEager(std::vector<uint64_t>& words, const EagerAllreduceOptions& eager) {
     const int64_t bytes = eager.tag != 0 ? eager.count * DataTypeSize(eager.dtype) : 0;
     if (bytes > one_step_bytes()) throw std::logic_error("eager allreduce of more than the one-step size");
@@ -472,25 +458,24 @@ class SyncMesh {
     const size_t head_bytes = (kHeadWords + words.size()) * sizeof(uint64_t);
     auto inline_data = [&](uint64_t n) { return head_bytes + n <= kDirectBytes - kFrameHeader; };
     const bool inline_mine = inline_data(static_cast<uint64_t>(bytes));
-    std::vector<char> message(head_bytes + (inline_mine ? bytes : 0));
+    round_out_.resize(head_bytes + (inline_mine ? bytes : 0));
     const uint64_t head[kHeadWords] = {eager.tag, static_cast<uint64_t>(bytes)};
-    std::memcpy(message.data(), head, sizeof(head));
-    std::memcpy(message.data() + sizeof(head), words.data(), words.size() * sizeof(uint64_t));
-    if (inline_mine && bytes > 0) std::memcpy(message.data() + head_bytes, eager.input, static_cast<size_t>(bytes));
+    std::memcpy(round_out_.data(), head, sizeof(head));
+    std::memcpy(round_out_.data() + sizeof(head), words.data(), words.size() * sizeof(uint64_t));
+    if (inline_mine && bytes > 0) std::memcpy(round_out_.data() + head_bytes, eager.input, static_cast<size_t>(bytes));
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      SendFramed(r, message);
+      SendFramed(r, round_out_);
       if (!inline_mine && bytes > 0) Send(r, eager.input, static_cast<size_t>(bytes));
     }
     bool agreed = eager.tag != 0;
-    std::vector<char> from_zero;  // rank 0's message, the first operand
-    const void* acc = nullptr;    // x_0 op ... op x_r once rank r's data is in
+    const void* acc = nullptr;  // x_0 op ... op x_r once rank r's data is in
     char* into = size_ == 2 ? static_cast<char*>(eager.output) : scratch_.data();
     for (int r = 0; r < size_; ++r) {
       const void* theirs = eager.input;
-      std::vector<char> got;
       if (r != rank_) {
-        got = RecvFramed(r);
+        std::vector<char>& got = peers_[r].round;
+        RecvFramed(r, got);
         uint64_t their_head[kHeadWords] = {};
         if (got.size() >= head_bytes) std::memcpy(their_head, got.data(), sizeof(their_head));
         const uint64_t n = their_head[1];
@@ -516,7 +501,6 @@ class SyncMesh {
       }
       if (!agreed) continue;
       if (r == 0) {
-        from_zero = std::move(got);  // keeps inline data alive; moving a vector keeps its storage
         acc = theirs;
         continue;
       }
@@ -573,6 +557,7 @@ class SyncMesh {
     int fd = -1;  // the pair's socket, only to poll it
     pid_t pid = 0;  // the peer's process, where this rank reads its memory (EnableCrossMemory)
     uint64_t remote_data = 0;  // where the peer's data lies, in the allreduce under way (cross memory)
+    std::vector<char> round;   // the peer's last cache-round message (AllreduceBitsAndEager)
   };
 
   // A byte string of any length: its length, then as much of it as fits, in the first message,
@@ -592,16 +577,22 @@ class SyncMesh {
   }
 
   std::vector<char> RecvFramed(int peer) {
+    std::vector<char> bytes;
+    RecvFramed(peer, bytes);
+    return bytes;
+  }
+
+  // The same into `bytes`, resized to the message (keeping its capacity).
+  void RecvFramed(int peer, std::vector<char>& bytes) {
     const char* in = Recv(peer, 0);
     int64_t total = 0;
     std::memcpy(&total, in, kFrameHeader);
-    std::vector<char> bytes(static_cast<size_t>(total));
+    bytes.resize(static_cast<size_t>(total));
     size_t got = std::min(bytes.size(), kDirectBytes - kFrameHeader);
     if (got > 0) std::memcpy(bytes.data(), in + kFrameHeader, got);
     for (; got < bytes.size(); got += kSyncChunkBytes) {
       RecvInto(peer, bytes.data() + got, std::min(kSyncChunkBytes, bytes.size() - got));
     }
-    return bytes;
   }
 
   // `mine` (n elements) becomes x_0 op x_1 op ... op x_(size-1), evaluated left to right, where
@@ -700,6 +691,7 @@ class SyncMesh {
   std::shared_ptr<gloo::Context> context_;  // declared before peers_: their buffers go first
   std::vector<Peer> peers_;
   std::vector<char> scratch_;
+  std::vector<char> round_out_;  // this rank's cache-round message (AllreduceBitsAndEager)
   uint64_t probe_ = 0;  // read by the peers of this host (EnableCrossMemory)
   std::string host_;    // this host's name, where peers_[r].pid are its processes
 };
@@ -742,8 +734,9 @@ class GlooBackend : public Communicator {
     return sync_->Gatherv(data, root);
   }
 
+  // The cache round without data.
   void AllreduceBitsAnd(std::vector<uint64_t>& words) override {
-    if (size_ > 1) sync_->AllreduceBitsAnd(words);
+    if (size_ > 1) sync_->AllreduceBitsAndEager(words, {});
   }
 
   int64_t EagerAllreduceBytes() const override { return size_ > 1 ? sync_->one_step_bytes() : 0; }
