@@ -67,7 +67,6 @@ def main():
         cpu_us = (time.process_time() - cpu) / args.iters * 1e6
         line = f"{size} B: cpu/op={cpu_us:.0f} us {percentiles(times)} (us)"
         if comm is not None:
-            from mpi4py import MPI
             a = np.ones(max(1, size // 4), np.float32)
             for _ in range(args.warmup):
                 comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM)
