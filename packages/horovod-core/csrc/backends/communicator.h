@@ -47,8 +47,8 @@ struct BackendOptions {
   // (busy_poll), or polling for up to `spin` and then sleeping until the data arrives.
   bool busy_poll = false;
   std::chrono::microseconds spin{0};
-  // Gloo only: whether ranks of one host (same hostname) that may read each other's memory move
-  // the large exchanges of allreduce with process_vm_readv instead of TCP.
+  // Gloo only: whether ranks of one host (same hostname) that may access each other's memory move
+  // the large exchanges of allreduce with process_vm_readv and process_vm_writev instead of TCP.
   bool cross_memory = false;
   // MPI only: an mpi4py communicator handle to use instead of MPI_COMM_WORLD (0: none), or the
   // ranks of MPI_COMM_WORLD to restrict Horovod to (empty: all), and whether to initialise MPI

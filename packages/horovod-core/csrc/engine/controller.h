@@ -32,7 +32,7 @@
 // `settled`, and the allreduce only applies its postscale. That every rank tagged the same bit
 // means every rank holds exactly that hit and nothing else, so the round's verdict is that one
 // cached response on every rank; otherwise the data is dropped and the cycle goes on as without
-// it. A synchronous small allreduce (a loss, a metric, a barrier's) then costs one exchange
+// it. A synchronous small allreduce (a loss, a metric) then costs one exchange
 // instead of two. The tensor's data lies in the set's queue (`queue` of ComputeResponseList).
 #pragma once
 
