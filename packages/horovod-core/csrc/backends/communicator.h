@@ -50,6 +50,9 @@ struct BackendOptions {
   // Gloo only: whether ranks of one host (same hostname) that may access each other's memory move
   // the large exchanges of allreduce with process_vm_readv and process_vm_writev instead of TCP.
   bool cross_memory = false;
+  // Gloo only: whether ranks of one host (same hostname) exchange the messages of allreduce,
+  // broadcast and the control plane through a shared-memory segment per pair instead of TCP.
+  bool local_channel = false;
   // MPI only: an mpi4py communicator handle to use instead of MPI_COMM_WORLD (0: none), or the
   // ranks of MPI_COMM_WORLD to restrict Horovod to (empty: all), and whether to initialise MPI
   // without thread support (HOROVOD_MPI_THREADS_DISABLE).

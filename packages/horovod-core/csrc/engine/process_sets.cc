@@ -26,6 +26,8 @@ BackendOptions CommunicatorOptions(const Config& config, Store* store, const std
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.gloo_timeout_seconds * 1000));
   options.busy_poll = config.gloo_busy_poll == "1";
   options.cross_memory = config.shared_memory && config.shared_memory_single_copy;
+  // On one host the shared-memory transport carries the hot path above the Gloo backend.
+  options.local_channel = config.shared_memory && config.local_size < config.size;
   if (config.gloo_busy_poll == "auto") {
     // A short poll catches a peer that is about to send (most messages of a collective whose ranks
     // arrived together) without the wake-up of a sleeping thread. Only where every rank of the

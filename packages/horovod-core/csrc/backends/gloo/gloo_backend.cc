@@ -1,6 +1,7 @@
 // The Gloo backend: TCP full meshes built through the rendezvous store. Allreduce, broadcast and
 // the control plane go over a mesh whose sockets the calling thread drives itself (SyncMesh);
 // allgather, alltoall, barrier and Adasum's exchanges use Gloo's own algorithms on the other.
+// Between ranks of one host, SyncMesh's messages go through shared memory instead of TCP.
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/alltoallv.h>
@@ -12,24 +13,32 @@
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <linux/futex.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
 #include "backends/communicator.h"
+#include "engine/liveness.h"
 #include "engine/reduction.h"
 
 namespace horovod {
@@ -143,15 +152,74 @@ std::map<std::string, int> SocketsByAddress() {
 // a step before it has read every peer's message of the one before, which each peer sent only after
 // reading all of the step before that: so at most two messages of a rank are unread by a peer at
 // any time, and the two sockets' kernel buffers hold them without a writer blocking.
+// The shared-memory channel between two ranks of one host (SyncMesh::OpenChannels), which carries
+// the mesh's messages between them instead of the pair's TCP socket. Per direction, a ring of
+// kChannelRingBytes and two counters of byte positions in it (modulo 2^32): how far the writer has
+// put messages in and how far the reader is done with them. A message is a record of a 64-byte
+// head (its length) and its bytes, rounded up to 64; a record that would not fit before the ring's
+// end is preceded by a head that says "go back to the start" (kChannelWrap). The reader keeps the
+// last message it took in the ring (the caller reads it there) and releases it when it takes the
+// next one. The ring holds at least 3 of the largest messages (kSyncChunkBytes): as much as the
+// mesh has unread between two ranks (TCP's socket buffers held about as much). Waiting polls the
+// counter (yielding the core) for kChannelSpin or the mesh's own poll time, whichever is longer,
+// then sleeps on it as a futex. Only where a host has at most kChannelMaxLocalRanks ranks of the
+// mesh, and only in the job's global mesh (not in those of process sets and of the hierarchical
+// collectives' groups, GlooBackend::Split): each pair's segment takes 1 MiB of /dev/shm, which
+// other users of it (data loaders, NCCL) may need, and a container's is often only 64 MiB.
+constexpr uint32_t kChannelRingBytes = 512 << 10;
+constexpr uint32_t kChannelRecordHead = 64;
+constexpr uint64_t kChannelWrap = ~uint64_t{0};
+static_assert(kChannelRecordHead + kSyncChunkBytes <= kChannelRingBytes / 3, "3 messages fit the ring");
+constexpr int kChannelMaxLocalRanks = 4;
+constexpr std::chrono::microseconds kChannelSpin{20};
+// While sleeping, how often a rank looks whether its peer process still exists.
+constexpr std::chrono::milliseconds kChannelLivenessPeriod{200};
+constexpr uint64_t kChannelMagic = 0x48564443484e4c53ull;  // "HVDCHNLS"
+
+// A futex word and the number of threads sleeping on it, alone in their cache lines.
+struct alignas(128) ChannelCounter {
+  std::atomic<uint32_t> value;
+  std::atomic<uint32_t> waiters;
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be plain 32-bit integers");
+
+// The first page of a channel's segment; the rings follow it, the one the lower rank of the pair
+// writes (direction 0), then the one the higher rank writes (direction 1).
+struct ChannelHeader {
+  uint64_t magic;
+  uint64_t ring_bytes;
+  ChannelCounter closed[2];    // by side: set when that rank's mesh is destroyed
+  ChannelCounter written[2];   // by direction: where the writer's next record goes
+  ChannelCounter released[2];  // by direction: up to where the reader is done
+};
+constexpr size_t kChannelHeaderBytes = 4096;
+static_assert(sizeof(ChannelHeader) <= kChannelHeaderBytes, "the channel header fits its page");
+constexpr size_t kChannelBytes = kChannelHeaderBytes + 2 * size_t{kChannelRingBytes};
+
+long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+// Whether counter value `now` has reached `target` (modulo 2^32).
+bool Reached(uint32_t now, uint32_t target) { return static_cast<int32_t>(now - target) >= 0; }
+
+// Stores a counter's new value and wakes whoever sleeps on it.
+void Publish(ChannelCounter& counter, uint32_t value) {
+  counter.value.store(value, std::memory_order_seq_cst);
+  if (counter.waiters.load(std::memory_order_seq_cst) != 0) Futex(&counter.value, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
 class SyncMesh {
  public:
   SyncMesh(int rank, int size, std::chrono::milliseconds timeout, horovod::Store& store, const std::string& prefix,
            std::shared_ptr<gloo::transport::Device> device, bool busy_poll, std::chrono::microseconds spin,
-           bool cross_memory)
+           bool cross_memory, bool local_channel)
       : rank_(rank),
         size_(size),
         one_step_bytes_(size == 2 ? kPairExchangeBytes : kSyncExchangeBytes),
         spin_(busy_poll ? std::chrono::microseconds(0) : spin),
+        busy_poll_(busy_poll),
+        timeout_(timeout),
         scratch_(one_step_bytes_) {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(timeout);
@@ -181,7 +249,17 @@ class SyncMesh {
     }
     context_ = std::move(context);
     SizeSendBuffers();
-    if (cross_memory) EnableCrossMemory(store, prefix);
+    if (cross_memory || local_channel) FindHostPeers(store, prefix, cross_memory);
+    if (local_channel) OpenChannels();
+    if (cross_memory) EnableCrossMemory();
+  }
+
+  SyncMesh(const SyncMesh&) = delete;
+  SyncMesh& operator=(const SyncMesh&) = delete;
+
+  // Tells every channel's peer that this rank is gone (a peer waiting on it then fails at once).
+  ~SyncMesh() {
+    for (int r = 0; r < static_cast<int>(peers_.size()); ++r) CloseChannel(r);
   }
 
   // Collective, while the mesh is built: one kSendBufferBytes message to every peer and from it.
@@ -396,15 +474,13 @@ class SyncMesh {
     }
   }
 
-  // Collective, while the mesh is built: finds the ranks of this host (the same hostname) whose
-  // memory this rank can read with process_vm_readv, and so write with process_vm_writev, which
-  // the kernel allows on the same terms (same user, no seccomp or Yama restriction):
-  // each rank publishes its hostname, process id and the address of a probe word in the store and
-  // reads every same-host peer's probe; a pair uses cross-memory attach only when both of its
-  // ranks read the other's probe (each tells every peer what it found).
-  void EnableCrossMemory(horovod::Store& store, const std::string& prefix) {
-    // Under Yama's ptrace_scope=1 only a process's ancestors may read it unless it says otherwise.
-    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  // Collective, while the mesh is built: every rank publishes its hostname, process id and the
+  // address of a probe word in the store, and notes the process of every rank of its host (the same
+  // hostname) in peers_[r].host_pid. Where `cross_memory`, the process first allows every other
+  // process of its user to read its memory (under Yama's ptrace_scope=1 only a process's ancestors
+  // may otherwise).
+  void FindHostPeers(horovod::Store& store, const std::string& prefix, bool cross_memory) {
+    if (cross_memory) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     char host[256] = {};
     ::gethostname(host, sizeof(host) - 1);
     host_ = host;
@@ -413,7 +489,6 @@ class SyncMesh {
     mine << host << '\n' << ::getpid() << '\n' << reinterpret_cast<uintptr_t>(&probe_);
     const std::string text = mine.str();
     store.Set(prefix + "cross/" + std::to_string(rank_), std::vector<char>(text.begin(), text.end()));
-    std::vector<uint64_t> readable(size_, 0);
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       const std::vector<char> value = store.Get(prefix + "cross/" + std::to_string(r));
@@ -424,11 +499,26 @@ class SyncMesh {
       std::getline(theirs, their_host);
       theirs >> pid >> address;
       if (!theirs || their_host != host || pid <= 0) continue;
+      peers_[r].host_pid = static_cast<pid_t>(pid);
+      peers_[r].probe_address = address;
+    }
+  }
+
+  // Collective, while the mesh is built: finds the ranks of this host whose memory this rank can
+  // read with process_vm_readv, and so write with process_vm_writev, which the kernel allows on the
+  // same terms (same user, no seccomp or Yama restriction), by reading every such peer's probe
+  // word; a pair uses cross-memory attach only when both of its ranks read the other's probe (each
+  // tells every peer what it found).
+  void EnableCrossMemory() {
+    std::vector<uint64_t> readable(size_, 0);
+    for (int r = 0; r < size_; ++r) {
+      const Peer& p = peers_[r];
+      if (r == rank_ || p.host_pid <= 0) continue;
       uint64_t word = 0;
-      iovec local{&word, sizeof(word)}, remote{reinterpret_cast<void*>(address), sizeof(word)};
-      if (process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0) == sizeof(word) &&
+      iovec local{&word, sizeof(word)}, remote{reinterpret_cast<void*>(p.probe_address), sizeof(word)};
+      if (process_vm_readv(p.host_pid, &local, 1, &remote, 1, 0) == sizeof(word) &&
           word == (kCrossProbe ^ static_cast<uint64_t>(r))) {
-        readable[r] = static_cast<uint64_t>(pid);
+        readable[r] = static_cast<uint64_t>(p.host_pid);
       }
     }
     for (int r = 0; r < size_; ++r) {
@@ -441,6 +531,99 @@ class SyncMesh {
       std::memcpy(&found, Recv(r, sizeof(found)), sizeof(found));
       if (found != 0 && readable[r] != 0) peers_[r].pid = static_cast<pid_t>(readable[r]);
     }
+  }
+
+  // Collective, while the mesh is built (after FindHostPeers): a shared-memory channel for every
+  // pair of ranks of one host, where the host has no more than kChannelMaxLocalRanks ranks of the
+  // mesh. The lower rank of a pair creates the segment and sends its name over TCP; the higher one
+  // maps it and answers whether it could; the lower one then removes the name from /dev/shm (both
+  // keep their mappings). A pair whose segment failed keeps TCP: /dev/shm full or missing is no
+  // error. Both ranks switch to the channel after this exchange, before their next message.
+  void OpenChannels() {
+    int local = 1;
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_ && peers_[r].host_pid > 0) ++local;
+    }
+    // Every rank of the host counts the same ranks, so they all decide alike.
+    if (local < 2 || local > kChannelMaxLocalRanks) return;
+    std::vector<std::string> names(size_);
+    std::vector<void*> maps(size_, MAP_FAILED);
+    std::random_device random;
+    for (int r = rank_ + 1; r < size_; ++r) {
+      if (peers_[r].host_pid <= 0) continue;
+      std::ostringstream name;
+      name << "/horovod.gloo." << ::getpid() << "." << rank_ << "." << r << "." << std::hex << random() << random();
+      void* base = MapChannel(name.str(), true);
+      if (base != MAP_FAILED) {
+        maps[r] = base;
+        names[r] = name.str();
+      }
+      SendFramed(r, std::vector<char>(names[r].begin(), names[r].end()));
+    }
+    for (int r = 0; r < rank_; ++r) {
+      if (peers_[r].host_pid <= 0) continue;
+      const std::vector<char> name = RecvFramed(r);
+      if (!name.empty()) maps[r] = MapChannel(std::string(name.begin(), name.end()), false);
+      const uint64_t ok = maps[r] != MAP_FAILED;
+      Send(r, &ok, sizeof(ok));
+    }
+    for (int r = rank_ + 1; r < size_; ++r) {
+      if (peers_[r].host_pid <= 0) continue;
+      uint64_t ok = 0;
+      std::memcpy(&ok, Recv(r, sizeof(ok)), sizeof(ok));
+      if (names[r].empty()) continue;
+      shm_unlink(names[r].c_str());
+      if (ok == 0) {
+        munmap(maps[r], kChannelBytes);
+        maps[r] = MAP_FAILED;
+      }
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (maps[r] == MAP_FAILED) continue;
+      Channel& c = peers_[r].channel;
+      c.header = static_cast<ChannelHeader*>(maps[r]);
+      c.base = static_cast<char*>(maps[r]);
+      c.side = rank_ < r ? 0 : 1;
+    }
+  }
+
+  // Creates (`create`) or opens the segment `name` and maps it; MAP_FAILED where it cannot.
+  static void* MapChannel(const std::string& name, bool create) {
+    const int fd = create ? shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name.c_str(), O_RDWR, 0);
+    if (fd < 0) return MAP_FAILED;
+    void* base = MAP_FAILED;
+    // Reserve the pages now: on a full /dev/shm a later first touch would be SIGBUS.
+    if (!create || (ftruncate(fd, static_cast<off_t>(kChannelBytes)) == 0 &&
+                    posix_fallocate(fd, 0, static_cast<off_t>(kChannelBytes)) == 0)) {
+      base = mmap(nullptr, kChannelBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    close(fd);
+    if (base == MAP_FAILED) {
+      if (create) shm_unlink(name.c_str());
+      return MAP_FAILED;
+    }
+    auto* header = static_cast<ChannelHeader*>(base);
+    if (create) {
+      std::memset(base, 0, kChannelHeaderBytes);
+      header->ring_bytes = kChannelRingBytes;
+      header->magic = kChannelMagic;
+    } else if (header->magic != kChannelMagic || header->ring_bytes != kChannelRingBytes) {
+      munmap(base, kChannelBytes);
+      return MAP_FAILED;
+    }
+    return base;
+  }
+
+  void CloseChannel(int peer) {
+    Channel& c = peers_[peer].channel;
+    if (c.header == nullptr) return;
+    Publish(c.header->closed[c.side], 1);
+    for (int d = 0; d < 2; ++d) {
+      Futex(&c.header->written[d].value, FUTEX_WAKE, INT_MAX, nullptr);
+      Futex(&c.header->released[d].value, FUTEX_WAKE, INT_MAX, nullptr);
+    }
+    munmap(c.base, kChannelBytes);
+    c.header = nullptr;
   }
 
   // The cache round, every rank's words ANDed, with an allreduce's data where a rank has one
@@ -549,6 +732,16 @@ class SyncMesh {
   }
 
  private:
+  // This rank's end of a shared-memory channel (OpenChannels); header null: none, TCP.
+  struct Channel {
+    ChannelHeader* header = nullptr;
+    char* base = nullptr;
+    int side = 0;        // 0: this rank is the lower of the pair (it writes direction 0)
+    uint32_t sent = 0;   // position of this rank's next record in the ring it writes
+    uint32_t taken = 0;  // position after the last record it took from the other ring
+    bool holding = false;  // whether that record is still in use (see ChannelRecv)
+  };
+
   struct Peer {
     std::vector<char> out, in;  // staging, for messages under kDirectBytes
     std::vector<char> landing;  // direct messages this rank reduces, grown to the largest
@@ -558,7 +751,129 @@ class SyncMesh {
     pid_t pid = 0;  // the peer's process, where this rank reads its memory (EnableCrossMemory)
     uint64_t remote_data = 0;  // where the peer's data lies, in the allreduce under way (cross memory)
     std::vector<char> round;   // the peer's last cache-round message (AllreduceBitsAndEager)
+    pid_t host_pid = 0;          // the peer's process, where it runs on this host (FindHostPeers)
+    uint64_t probe_address = 0;  // and the address of its probe word
+    Channel channel;
   };
+
+  char* ChannelRing(const Channel& c, int direction) const {
+    return c.base + kChannelHeaderBytes + static_cast<size_t>(direction) * kChannelRingBytes;
+  }
+
+  // Puts a message into the channel to `peer`, once its ring has room.
+  void ChannelSend(int peer, const void* data, size_t bytes) {
+    Channel& c = peers_[peer].channel;
+    if (bytes > kSyncChunkBytes) {
+      throw std::logic_error("Gloo: a message of " + std::to_string(bytes) + " bytes for a shared-memory channel");
+    }
+    const int d = c.side;
+    char* ring = ChannelRing(c, d);
+    const uint32_t record = kChannelRecordHead + (static_cast<uint32_t>(bytes) + 63u) / 64u * 64u;
+    const uint32_t offset = c.sent % kChannelRingBytes, tail = kChannelRingBytes - offset;
+    const bool wrap = record > tail;
+    // Room for the record (and before it the rest of the ring, where it wraps): the reader has
+    // released everything up to `need` bytes before the ring's size ahead of the reader.
+    const uint32_t need = wrap ? tail + record : record;
+    AwaitChannel(peer, c.header->released[d], c.sent + need - kChannelRingBytes);
+    if (wrap) {
+      std::memcpy(ring + offset, &kChannelWrap, sizeof(kChannelWrap));
+      c.sent += tail;
+    }
+    const uint64_t length = bytes;
+    char* head = ring + c.sent % kChannelRingBytes;
+    std::memcpy(head, &length, sizeof(length));
+    if (bytes > 0) std::memcpy(head + kChannelRecordHead, data, bytes);
+    c.sent += record;
+    Publish(c.header->written[d], c.sent);
+  }
+
+  // The next message from `peer`'s channel, in its ring, valid until the next one is taken (its
+  // record is released then); `bytes`: its expected length, 0 where the sender chose it.
+  const char* ChannelRecv(int peer, size_t bytes) {
+    Channel& c = peers_[peer].channel;
+    ChannelRelease(c);
+    const int d = 1 - c.side;
+    const char* ring = ChannelRing(c, d);
+    AwaitChannel(peer, c.header->written[d], c.taken + 1);
+    uint64_t length = 0;
+    std::memcpy(&length, ring + c.taken % kChannelRingBytes, sizeof(length));
+    if (length == kChannelWrap) {
+      c.taken += kChannelRingBytes - c.taken % kChannelRingBytes;
+      std::memcpy(&length, ring, sizeof(length));
+    }
+    const char* data = ring + c.taken % kChannelRingBytes + kChannelRecordHead;
+    if (length > kSyncChunkBytes || (bytes != 0 && length != bytes)) {
+      throw std::runtime_error("Gloo: rank " + std::to_string(peer) + " sent a message of " + std::to_string(length) +
+                               " bytes where this rank expected " + std::to_string(bytes));
+    }
+    c.taken += kChannelRecordHead + (static_cast<uint32_t>(length) + 63u) / 64u * 64u;
+    c.holding = true;
+    return data;
+  }
+
+  // Releases the message last taken from the channel, if it is still held.
+  void ChannelRelease(Channel& c) {
+    if (!c.holding) return;
+    c.holding = false;
+    Publish(c.header->released[1 - c.side], c.taken);
+  }
+
+  // Waits until `counter` of `peer`'s channel reaches `target`: polling it for kChannelSpin (or
+  // the mesh's own poll time, if longer; when busy-polling, throughout), yielding the core between
+  // polls, then sleeping on it. Throws, naming the peer, when the peer's mesh is destroyed, its
+  // process exits or the mesh's timeout passes first.
+  void AwaitChannel(int peer, ChannelCounter& counter, uint32_t target) {
+    if (Reached(counter.value.load(std::memory_order_acquire), target)) return;
+    const Channel& c = peers_[peer].channel;
+    const std::atomic<uint32_t>& closed = c.header->closed[1 - c.side].value;
+    const auto start = std::chrono::steady_clock::now();
+    const auto spin = std::max(spin_, std::chrono::duration_cast<std::chrono::microseconds>(kChannelSpin));
+    auto last_check = start;
+    for (int i = 1;; ++i) {
+      sched_yield();
+      if (Reached(counter.value.load(std::memory_order_acquire), target)) return;
+      if ((i & 15) != 0) continue;
+      const auto now = std::chrono::steady_clock::now();
+      if (!busy_poll_ && now - start > spin) break;
+      if (busy_poll_ && now - last_check >= kChannelLivenessPeriod) {
+        last_check = now;
+        CheckChannelPeer(peer, closed, start, now);
+      }
+    }
+    while (true) {
+      counter.waiters.fetch_add(1, std::memory_order_seq_cst);
+      const uint32_t now_value = counter.value.load(std::memory_order_seq_cst);
+      if (Reached(now_value, target)) {
+        counter.waiters.fetch_sub(1, std::memory_order_seq_cst);
+        return;
+      }
+      if (closed.load(std::memory_order_seq_cst) == 0) {
+        timespec period{0, 50 * 1000 * 1000};
+        Futex(&counter.value, FUTEX_WAIT, now_value, &period);
+      }
+      counter.waiters.fetch_sub(1, std::memory_order_seq_cst);
+      if (Reached(counter.value.load(std::memory_order_acquire), target)) return;
+      const auto now = std::chrono::steady_clock::now();
+      if (closed.load(std::memory_order_acquire) != 0 || now - last_check >= kChannelLivenessPeriod) {
+        last_check = now;
+        CheckChannelPeer(peer, closed, start, now);
+      }
+    }
+  }
+
+  // Throws where the channel's peer is gone or the wait has lasted longer than the mesh's timeout.
+  void CheckChannelPeer(int peer, const std::atomic<uint32_t>& closed, std::chrono::steady_clock::time_point start,
+                        std::chrono::steady_clock::time_point now) {
+    const pid_t pid = peers_[peer].host_pid;
+    const std::string who = "rank " + std::to_string(peer) + " (process " + std::to_string(pid) + " on host " + host_ + ")";
+    if (closed.load(std::memory_order_acquire) != 0) {
+      throw std::runtime_error("Gloo: " + who + " closed its connection to this rank");
+    }
+    if (ProcessGone(pid)) throw std::runtime_error("Gloo: " + who + " exited");
+    if (timeout_.count() > 0 && now - start > timeout_) {
+      throw std::runtime_error("Gloo: no message from " + who + " within " + std::to_string(timeout_.count()) + " ms");
+    }
+  }
 
   // A byte string of any length: its length, then as much of it as fits, in the first message,
   // the rest in whole messages.
@@ -608,6 +923,7 @@ class SyncMesh {
   }
 
   void Send(int peer, const void* data, size_t bytes) {
+    if (peers_[peer].channel.header != nullptr) return ChannelSend(peer, data, bytes);
     if (bytes >= kDirectBytes) {
       auto direct = peers_[peer].pair->createSendBuffer(kDirectSlot, const_cast<void*>(data), bytes);
       direct->send(0, bytes);
@@ -621,6 +937,7 @@ class SyncMesh {
   // Sends the first `bytes` of the peer's staging buffer.
   void Post(int peer, size_t bytes) {
     Peer& p = peers_[peer];
+    if (p.channel.header != nullptr) return ChannelSend(peer, p.out.data(), bytes);
     p.send->send(0, bytes);
     p.send->waitSend();
   }
@@ -629,6 +946,7 @@ class SyncMesh {
   // until the next Recv from that peer.
   const char* Recv(int peer, size_t bytes) {
     Peer& p = peers_[peer];
+    if (p.channel.header != nullptr) return ChannelRecv(peer, bytes);
     if (bytes >= kDirectBytes) {
       if (p.landing.size() < bytes) p.landing.resize(bytes);
       RecvDirect(p, p.landing.data(), bytes);
@@ -641,6 +959,12 @@ class SyncMesh {
 
   // The peer's next message, of `bytes`, into `into`.
   void RecvInto(int peer, void* into, size_t bytes) {
+    Channel& c = peers_[peer].channel;
+    if (c.header != nullptr) {
+      std::memcpy(into, ChannelRecv(peer, bytes), bytes);
+      ChannelRelease(c);
+      return;
+    }
     if (bytes < kDirectBytes) {
       std::memcpy(into, Recv(peer, bytes), bytes);
       return;
@@ -688,6 +1012,8 @@ class SyncMesh {
   int rank_, size_;
   size_t one_step_bytes_;
   std::chrono::microseconds spin_;
+  bool busy_poll_;
+  std::chrono::milliseconds timeout_;
   std::shared_ptr<gloo::Context> context_;  // declared before peers_: their buffers go first
   std::vector<Peer> peers_;
   std::vector<char> scratch_;
@@ -718,7 +1044,8 @@ class GlooBackend : public Communicator {
       StoreAdapter store(*options.store, options.key_prefix);
       context->connectFullMesh(store, device_);
       sync_ = std::make_unique<SyncMesh>(rank_, size_, timeout_, *options.store, options.key_prefix + "sync/", device_,
-                                         options.busy_poll, options.spin, options.cross_memory);
+                                         options.busy_poll, options.spin, options.cross_memory,
+                                         options.local_channel);
     } else {
       horovod::MemoryStore memory;
       StoreAdapter store(memory, options.key_prefix);
@@ -811,6 +1138,7 @@ class GlooBackend : public Communicator {
     BackendOptions child = options;
     child.rank = static_cast<int>(it - ranks.begin());
     child.size = static_cast<int>(ranks.size());
+    child.local_channel = false;  // the global mesh's channels only (kChannelMaxLocalRanks)
     return std::make_unique<GlooBackend>(child, device_);
   }
 
