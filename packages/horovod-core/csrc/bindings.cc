@@ -469,6 +469,7 @@ NB_MODULE(_core, m) {
     d["caller_cycles"] = engine->caller_cycles();
     d["shared_memory"] = engine->shared_memory();
     d["shared_memory_single_copy"] = engine->shared_memory_single_copy();
+    d["local_channels"] = engine->local_channels();
     Engine::HierarchicalStats h = engine->hierarchical_stats();
     d["hosts"] = engine->num_hosts();
     d["hierarchical"] = h.available;
@@ -482,7 +483,8 @@ NB_MODULE(_core, m) {
      "eager_allreduces: allreduces whose data the cache round carried), "
      "the cycles run by waiting callers instead of the background thread (caller_cycles, HOROVOD_CALLER_EXECUTION), "
      "whether its collectives go through shared memory (shared_memory) and its large allreduces read the peers' "
-     "buffers directly (shared_memory_single_copy); the number of hosts the ranks are grouped into (hosts, by "
+     "buffers directly (shared_memory_single_copy); how many peers on this host this rank's Gloo messages reach "
+     "through a shared-memory channel instead of TCP on several hosts (local_channels); the number of hosts the ranks are grouped into (hosts, by "
      "HOROVOD_HOSTNAME when set), whether the hierarchical collectives were set up (hierarchical: several hosts with "
      "the same number of ranks each, and hierarchical allreduce/allgather asked for or autotuned), whether each is "
      "switched on now (hierarchical_allreduce, hierarchical_allgather), how many allreduces/allgathers went that "

@@ -143,13 +143,14 @@ def _peer_dies(report_dir):
 
 
 @pytest.mark.parametrize("shared_memory", ["1", "0"])
-@pytest.mark.parametrize("np_", [2, 3])
-def test_dead_peer_fails_survivors_naming_it(tmp_path, np_, shared_memory):
+@pytest.mark.parametrize("np_,hosts", [(2, None), (3, None), (4, 2)])
+def test_dead_peer_fails_survivors_naming_it(tmp_path, np_, hosts, shared_memory):
     # With shared memory the survivors notice that the peer's process is gone; without, that its
-    # connections closed.
+    # connections closed. On two (fake) hosts with shared memory, rank 0 waits for rank 1 on the
+    # Gloo mesh's shared-memory channel between them, ranks 2 and 3 on TCP.
     env = {"HOROVOD_GLOO_TIMEOUT_SECONDS": "5", "HOROVOD_SHARED_MEMORY": shared_memory}
     with pytest.raises(AssertionError) as info:
-        run_ranks(np_, _peer_dies, str(tmp_path), env=env, timeout=60)
+        run_ranks(np_, _peer_dies, str(tmp_path), env=env, timeout=60, hosts=hosts)
     # Rank 1 vanished without a result; the others returned normally after their operation failed.
     assert "rank 1 (died)" in str(info.value) and "rank 0 (" not in str(info.value)
     for rank in [r for r in range(np_) if r != 1]:
@@ -158,6 +159,27 @@ def test_dead_peer_fails_survivors_naming_it(tmp_path, np_, shared_memory):
         # Normally the closed connection is noticed at once; on a loaded machine the I/O timeout
         # (5 s here) bounds the wait instead. Either way the survivors do not hang.
         assert elapsed < 15
+
+
+def _channels_then_allreduce():
+    from horovod.common import _core
+    basics, ops = _setup()
+    x = np.arange(70000, dtype=np.float32) * (basics.rank() + 1)
+    _allreduce(ops, x, "allreduce.channels")
+    n = basics.size()
+    np.testing.assert_array_equal(x, np.arange(70000, dtype=np.float32) * (n * (n + 1) // 2))
+    return _core.engine_stats()["local_channels"]
+
+
+@pytest.mark.parametrize("shared_memory,expected", [("1", 3), ("0", 0)])
+def test_gloo_ranks_of_one_host_talk_through_shared_memory(shared_memory, expected):
+    # Two fake hosts of two ranks each (HOROVOD_HOSTNAME), all with this machine's hostname: each
+    # rank's Gloo mesh reaches the three others through shared-memory channels, unless
+    # HOROVOD_SHARED_MEMORY=0; a job on one host has none (its own shared-memory transport carries
+    # the hot path).
+    env = {"HOROVOD_SHARED_MEMORY": shared_memory, "HOROVOD_CPU_OPERATIONS": "gloo"}
+    assert run_ranks(4, _channels_then_allreduce, env=env, hosts=2) == [expected] * 4
+    assert run_ranks(2, _channels_then_allreduce, env=env) == [0, 0]
 
 
 def _reinit_cycles():

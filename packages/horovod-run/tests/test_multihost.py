@@ -290,6 +290,8 @@ def test_every_collective_across_hosts(bed, tmp_path, layout, hierarchical):
         assert counts["check_allreduce"] >= 700 and counts["check_alltoall"] == 48, counts
         assert counts["check_broadcast"] == 60 * sum(layout), counts
         assert stats["hosts"] == len(layout), stats
+        # Gloo's messages between the two ranks of a host go through shared memory.
+        assert stats["local_channels"] == layout[0] - 1, stats
         homogeneous = len(set(layout)) == 1
         assert bool(stats["hierarchical"]) == (hierarchical and homogeneous), stats
         if hierarchical:

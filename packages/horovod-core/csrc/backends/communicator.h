@@ -171,6 +171,9 @@ class Communicator {
   // them): a caller waiting on a handle then runs cycles itself (engine.h). MPI: at least
   // MPI_THREAD_SERIALIZED.
   virtual bool any_thread() const { return true; }
+  // How many of this rank's peers its messages reach through a shared-memory channel instead of
+  // the network (Gloo's, between ranks of one host: BackendOptions::local_channel).
+  virtual int local_channels() const { return 0; }
 
   // ---- Control plane (CPU backends). ----
   // Gatherv returns every rank's bytes on `root` (empty elsewhere); BroadcastBytes replaces `data`
@@ -234,6 +237,7 @@ class ForwardingCommunicator : public Communicator {
   }
   bool threads_supported() const override { return inner_->threads_supported(); }
   bool any_thread() const override { return inner_->any_thread(); }
+  int local_channels() const override { return inner_->local_channels(); }
   std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) override {
     return inner_->Gatherv(data, root);
   }

@@ -98,6 +98,7 @@ CommunicatorStack BuildCommunicatorStack(Config& config, Store* store, const std
   stack.global = BackendRegistry::Create(CpuBackendName(config), options);
   Communicator& global = *stack.global;
   stack.backend_name = global.name();
+  stack.local_channels = global.local_channels();
   // MPI knows the job's layout from its launcher; the HOROVOD_* topology variables are not needed.
   if (global.Topology(&config.local_rank, &config.local_size, &config.cross_rank, &config.cross_size)) {
     config.rank = global.rank();

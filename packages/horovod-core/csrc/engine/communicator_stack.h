@@ -23,6 +23,7 @@ struct CommunicatorStack {
   // Host name and pid of every global rank.
   std::vector<std::pair<std::string, int64_t>> peers;
   int num_hosts = 1;
+  int local_channels = 0;  // the global communicator's shared-memory channels (Gloo, several hosts)
   bool homogeneous = true;
   bool shared_memory = false;              // the global set's collectives go through shared memory
   bool shared_memory_single_copy = false;  // ... and its large allreduces read peers' buffers directly

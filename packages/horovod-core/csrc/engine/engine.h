@@ -157,6 +157,7 @@ class Engine {
   HierarchicalStats hierarchical_stats() const;
   // Hosts the ranks are grouped into (by HOROVOD_HOSTNAME when set, else gethostname()).
   int num_hosts() const { return stack_.num_hosts; }
+  int local_channels() const { return stack_.local_channels; }
 
   const Config& config() const { return config_; }
   bool is_homogeneous() const { return stack_.homogeneous; }

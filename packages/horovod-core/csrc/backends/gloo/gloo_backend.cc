@@ -280,6 +280,13 @@ class SyncMesh {
     }
   }
 
+  // How many peers this rank reaches through a shared-memory channel.
+  int local_channels() const {
+    int n = 0;
+    for (const Peer& p : peers_) n += p.channel.header != nullptr;
+    return n;
+  }
+
   // Allreduces up to this many bytes take one step (and may be carried by the cache round).
   int64_t one_step_bytes() const { return static_cast<int64_t>(one_step_bytes_); }
 
@@ -1055,6 +1062,7 @@ class GlooBackend : public Communicator {
   }
 
   const char* name() const override { return "gloo"; }
+  int local_channels() const override { return size_ > 1 ? sync_->local_channels() : 0; }
 
   std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) override {
     if (size_ == 1) return {data};
