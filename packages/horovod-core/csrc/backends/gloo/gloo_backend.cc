@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -137,21 +138,6 @@ std::map<std::string, int> SocketsByAddress() {
   return sockets;
 }
 
-// A second full mesh of TCP connections whose pairs Gloo runs in synchronous mode: the calling
-// thread writes and reads the sockets itself, instead of handing each message to Gloo's event
-// loop thread and waiting for it to wake the caller, and a message goes out at once into a buffer
-// that the peer registered when the mesh was built, instead of after the notify/ready round trip
-// that Gloo's unbound buffers take. A small collective then costs one network latency per step and
-// no thread hand-off, and a large one keeps both directions of every link busy. It carries the
-// control plane (the per-cycle AND, the gather of requests, the broadcast of responses), the
-// allreduces and the broadcasts; one thread uses it at a time (the communicator's).
-//
-// Every message is at most kSyncChunkBytes; small ones are staged through the pair's own buffers,
-// larger ones go straight from and to the caller's memory (kDirectBytes). In the
-// allreduce a rank sends each step's messages before reading the step's arrivals, and cannot start
-// a step before it has read every peer's message of the one before, which each peer sent only after
-// reading all of the step before that: so at most two messages of a rank are unread by a peer at
-// any time, and the two sockets' kernel buffers hold them without a writer blocking.
 // The shared-memory channel between two ranks of one host (SyncMesh::OpenChannels), which carries
 // the mesh's messages between them instead of the pair's TCP socket. Per direction, a ring of
 // kChannelRingBytes and two counters of byte positions in it (modulo 2^32): how far the writer has
@@ -209,6 +195,21 @@ void Publish(ChannelCounter& counter, uint32_t value) {
   if (counter.waiters.load(std::memory_order_seq_cst) != 0) Futex(&counter.value, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
+// A second full mesh of TCP connections whose pairs Gloo runs in synchronous mode: the calling
+// thread writes and reads the sockets itself, instead of handing each message to Gloo's event
+// loop thread and waiting for it to wake the caller, and a message goes out at once into a buffer
+// that the peer registered when the mesh was built, instead of after the notify/ready round trip
+// that Gloo's unbound buffers take. A small collective then costs one network latency per step and
+// no thread hand-off, and a large one keeps both directions of every link busy. It carries the
+// control plane (the per-cycle AND, the gather of requests, the broadcast of responses), the
+// allreduces and the broadcasts; one thread uses it at a time (the communicator's).
+//
+// Every message is at most kSyncChunkBytes; small ones are staged through the pair's own buffers,
+// larger ones go straight from and to the caller's memory (kDirectBytes). In the
+// allreduce a rank sends each step's messages before reading the step's arrivals, and cannot start
+// a step before it has read every peer's message of the one before, which each peer sent only after
+// reading all of the step before that: so at most two messages of a rank are unread by a peer at
+// any time, and the two sockets' kernel buffers hold them without a writer blocking.
 class SyncMesh {
  public:
   SyncMesh(int rank, int size, std::chrono::milliseconds timeout, horovod::Store& store, const std::string& prefix,
@@ -481,9 +482,9 @@ class SyncMesh {
     }
   }
 
-  // Collective, while the mesh is built: every rank publishes its hostname, process id and the
-  // address of a probe word in the store, and notes the process of every rank of its host (the same
-  // hostname) in peers_[r].host_pid. Where `cross_memory`, the process first allows every other
+  // Collective, while the mesh is built: every rank publishes its hostname, process id, PID
+  // namespace and the address of a probe word in the store, and notes the process of every rank of
+  // its host (the same hostname and PID namespace) in peers_[r].host_pid. Where `cross_memory`, the process first allows every other
   // process of its user to read its memory (under Yama's ptrace_scope=1 only a process's ancestors
   // may otherwise).
   void FindHostPeers(horovod::Store& store, const std::string& prefix, bool cross_memory) {
@@ -492,8 +493,9 @@ class SyncMesh {
     ::gethostname(host, sizeof(host) - 1);
     host_ = host;
     probe_ = kCrossProbe ^ static_cast<uint64_t>(rank_);
+    const std::string pid_namespace = PidNamespace();
     std::ostringstream mine;
-    mine << host << '\n' << ::getpid() << '\n' << reinterpret_cast<uintptr_t>(&probe_);
+    mine << host << '\n' << ::getpid() << '\n' << reinterpret_cast<uintptr_t>(&probe_) << '\n' << pid_namespace;
     const std::string text = mine.str();
     store.Set(prefix + "cross/" + std::to_string(rank_), std::vector<char>(text.begin(), text.end()));
     for (int r = 0; r < size_; ++r) {
@@ -503,9 +505,14 @@ class SyncMesh {
       std::string their_host;
       int64_t pid = 0;
       uint64_t address = 0;
+      std::string their_namespace;
       std::getline(theirs, their_host);
-      theirs >> pid >> address;
-      if (!theirs || their_host != host || pid <= 0) continue;
+      theirs >> pid >> address >> their_namespace;
+      // Process ids mean the same in both only within one PID namespace (containers sharing a
+      // hostname may not share it).
+      if (!theirs || their_host != host || pid <= 0 || pid_namespace.empty() || their_namespace != pid_namespace) {
+        continue;
+      }
       peers_[r].host_pid = static_cast<pid_t>(pid);
       peers_[r].probe_address = address;
     }
@@ -592,6 +599,13 @@ class SyncMesh {
       c.base = static_cast<char*>(maps[r]);
       c.side = rank_ < r ? 0 : 1;
     }
+  }
+
+  // This process's PID namespace ("device:inode" of /proc/self/ns/pid; empty where unknown).
+  static std::string PidNamespace() {
+    struct stat info {};
+    if (::stat("/proc/self/ns/pid", &info) != 0) return "";
+    return std::to_string(info.st_dev) + ":" + std::to_string(info.st_ino);
   }
 
   // Creates (`create`) or opens the segment `name` and maps it; MAP_FAILED where it cannot.
