@@ -146,12 +146,14 @@ TEST_P(Backends, SplitMakesASubCommunicator) {
 
 // Gloo's synchronous mesh (gloo_backend.cc), sleeping, polling for 50 us first, polling, and
 // sleeping with the ranks (threads of this process, so all on one host) reading each other's data
-// by cross-memory attach:
-// messages of several 128 KiB pieces, messages on both sides of the staged/direct limit (4 KiB:
-// 1023 and 1024 floats, a framed message whose last piece is staged), and allreduces on both
-// sides of its one-step limit (32 KiB; 64 KiB between two ranks), over several rounds, at three ranks through the ring and at
-// four and eight through recursive halving and doubling: every rank ends with the same bits, which
-// are those of the reduction in rank order, left to right, except in those two.
+// by cross-memory attach; then with the messages between them through shared-memory channels
+// (with cross-memory attach, without it, and polling; at eight ranks, more than a host may have
+// channels, TCP as before): messages of several 128 KiB pieces, messages on both sides of the
+// staged/direct limit (4 KiB: 1023 and 1024 floats, a framed message whose last piece is staged),
+// and allreduces on both sides of its one-step limit (32 KiB; 64 KiB between two ranks), over
+// several rounds, at three ranks through the ring and at four and eight through recursive halving
+// and doubling: every rank ends with the same bits, which are those of the reduction in rank
+// order, left to right, except in those two.
 class GlooSyncMesh : public ::testing::TestWithParam<std::tuple<std::string, int>> {
  protected:
   // Rank `rank` of `n`'s Gloo backend, waiting the way `waiting` names.

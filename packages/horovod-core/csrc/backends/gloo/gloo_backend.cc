@@ -484,9 +484,9 @@ class SyncMesh {
 
   // Collective, while the mesh is built: every rank publishes its hostname, process id, PID
   // namespace and the address of a probe word in the store, and notes the process of every rank of
-  // its host (the same hostname and PID namespace) in peers_[r].host_pid. Where `cross_memory`, the process first allows every other
-  // process of its user to read its memory (under Yama's ptrace_scope=1 only a process's ancestors
-  // may otherwise).
+  // its host (the same hostname and PID namespace) in peers_[r].host_pid. Where `cross_memory`,
+  // the process first allows every other process of its user to read its memory (under Yama's
+  // ptrace_scope=1 only a process's ancestors may otherwise).
   void FindHostPeers(horovod::Store& store, const std::string& prefix, bool cross_memory) {
     if (cross_memory) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     char host[256] = {};
@@ -792,8 +792,8 @@ class SyncMesh {
     const uint32_t record = kChannelRecordHead + (static_cast<uint32_t>(bytes) + 63u) / 64u * 64u;
     const uint32_t offset = c.sent % kChannelRingBytes, tail = kChannelRingBytes - offset;
     const bool wrap = record > tail;
-    // Room for the record (and before it the rest of the ring, where it wraps): the reader has
-    // released everything up to `need` bytes before the ring's size ahead of the reader.
+    // Room for the record (and, where it wraps, for the rest of the ring before it): at most
+    // kChannelRingBytes - need bytes of what this rank wrote may still be unreleased.
     const uint32_t need = wrap ? tail + record : record;
     AwaitChannel(peer, c.header->released[d], c.sent + need - kChannelRingBytes);
     if (wrap) {
@@ -886,7 +886,8 @@ class SyncMesh {
   void CheckChannelPeer(int peer, const std::atomic<uint32_t>& closed, std::chrono::steady_clock::time_point start,
                         std::chrono::steady_clock::time_point now) {
     const pid_t pid = peers_[peer].host_pid;
-    const std::string who = "rank " + std::to_string(peer) + " (process " + std::to_string(pid) + " on host " + host_ + ")";
+    const std::string who =
+        "rank " + std::to_string(peer) + " (process " + std::to_string(pid) + " on host " + host_ + ")";
     if (closed.load(std::memory_order_acquire) != 0) {
       throw std::runtime_error("Gloo: " + who + " closed its connection to this rank");
     }
