@@ -39,6 +39,7 @@
 #include <string>
 
 #include "backends/communicator.h"
+#include "backends/shm/futex_counter.h"
 #include "engine/liveness.h"
 #include "engine/reduction.h"
 
@@ -161,8 +162,6 @@ constexpr uint64_t kChannelWrap = ~uint64_t{0};
 static_assert(kChannelRecordHead + kSyncChunkBytes <= kChannelRingBytes / 3, "3 messages fit the ring");
 constexpr int kChannelMaxLocalRanks = 4;
 constexpr std::chrono::microseconds kChannelSpin{20};
-// While sleeping, how often a rank looks whether its peer process still exists.
-constexpr std::chrono::milliseconds kChannelLivenessPeriod{200};
 constexpr uint64_t kChannelMagic = 0x48564443484e4c53ull;  // "HVDCHNLS"
 
 // A futex word and the number of threads sleeping on it, alone in their cache lines.
@@ -170,7 +169,6 @@ struct alignas(128) ChannelCounter {
   std::atomic<uint32_t> value;
   std::atomic<uint32_t> waiters;
 };
-static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be plain 32-bit integers");
 
 // The first page of a channel's segment; the rings follow it, the one the lower rank of the pair
 // writes (direction 0), then the one the higher rank writes (direction 1).
@@ -184,19 +182,6 @@ struct ChannelHeader {
 constexpr size_t kChannelHeaderBytes = 4096;
 static_assert(sizeof(ChannelHeader) <= kChannelHeaderBytes, "the channel header fits its page");
 constexpr size_t kChannelBytes = kChannelHeaderBytes + 2 * size_t{kChannelRingBytes};
-
-long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
-  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
-}
-
-// Whether counter value `now` has reached `target` (modulo 2^32).
-bool Reached(uint32_t now, uint32_t target) { return static_cast<int32_t>(now - target) >= 0; }
-
-// Stores a counter's new value and wakes whoever sleeps on it.
-void Publish(ChannelCounter& counter, uint32_t value) {
-  counter.value.store(value, std::memory_order_seq_cst);
-  if (counter.waiters.load(std::memory_order_seq_cst) != 0) Futex(&counter.value, FUTEX_WAKE, INT_MAX, nullptr);
-}
 
 // A second full mesh of TCP connections whose pairs Gloo runs in synchronous mode: the calling
 // thread writes and reads the sockets itself, instead of handing each message to Gloo's event
@@ -375,7 +360,7 @@ class SyncMesh {
     int steps = 0;
     while ((1 << steps) < size_) ++steps;
     auto exchange = [&](int peer, int64_t send_lo, int64_t send_hi, int64_t keep_lo, int64_t keep_hi, bool reduce) {
-      if (peers_[peer].pid > 0) {
+      if (peers_[peer].cross_memory) {
         ExchangeCrossMemory(peer, data, send_lo, send_hi, keep_lo, keep_hi, reduce, dtype, op);
       } else {
         Exchange(peer, data, send_lo, send_hi, keep_lo, keep_hi, reduce, dtype, op);
@@ -424,10 +409,10 @@ class SyncMesh {
   }
 
   // The same exchange with a rank of this host whose memory this rank reads and writes
-  // (peers_[peer].pid). In the reduce-scatter the two tell each other where their data lies, then
-  // each reads the elements it keeps, [keep_lo, keep_hi), straight from the other's data with
-  // process_vm_readv, a kCrossPieceBytes piece at a time, and reduces them (the lower rank's
-  // operand first). In the allgather, which meets the same partner later in the same allreduce,
+  // (peers_[peer].cross_memory). In the reduce-scatter the two tell each other where their data
+  // lies, then each reads the elements it keeps, [keep_lo, keep_hi), straight from the other's
+  // data with process_vm_readv, a kCrossPieceBytes piece at a time, and reduces them (the lower
+  // rank's operand first). In the allgather, which meets the same partner later in the same allreduce,
   // each writes its finished elements, [send_lo, send_hi), into the other's data at the same
   // offsets with process_vm_writev, then says so, and neither returns (and lets its caller touch
   // its data) before the other has said so. No rank reads or writes what another uses at the same
@@ -471,7 +456,7 @@ class SyncMesh {
     while (done < bytes) {
       iovec here{local + done, static_cast<size_t>(bytes - done)};
       iovec there{reinterpret_cast<void*>(address + done), static_cast<size_t>(bytes - done)};
-      const pid_t pid = peers_[peer].pid;
+      const pid_t pid = peers_[peer].host_pid;
       const ssize_t n =
           write ? process_vm_writev(pid, &here, 1, &there, 1, 0) : process_vm_readv(pid, &here, 1, &there, 1, 0);
       if (n <= 0) {
@@ -533,20 +518,17 @@ class SyncMesh {
       if (r == rank_ || p.host_pid <= 0) continue;
       uint64_t word = 0;
       iovec local{&word, sizeof(word)}, remote{reinterpret_cast<void*>(p.probe_address), sizeof(word)};
-      if (process_vm_readv(p.host_pid, &local, 1, &remote, 1, 0) == sizeof(word) &&
-          word == (kCrossProbe ^ static_cast<uint64_t>(r))) {
-        readable[r] = static_cast<uint64_t>(p.host_pid);
-      }
+      readable[r] = process_vm_readv(p.host_pid, &local, 1, &remote, 1, 0) == sizeof(word) &&
+                    word == (kCrossProbe ^ static_cast<uint64_t>(r));
     }
     for (int r = 0; r < size_; ++r) {
-      const uint64_t found = readable[r] != 0;
-      if (r != rank_) Send(r, &found, sizeof(found));
+      if (r != rank_) Send(r, &readable[r], sizeof(readable[r]));
     }
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       uint64_t found = 0;
       std::memcpy(&found, Recv(r, sizeof(found)), sizeof(found));
-      if (found != 0 && readable[r] != 0) peers_[r].pid = static_cast<pid_t>(readable[r]);
+      peers_[r].cross_memory = found != 0 && readable[r] != 0;
     }
   }
 
@@ -641,10 +623,10 @@ class SyncMesh {
   void CloseChannel(int peer) {
     Channel& c = peers_[peer].channel;
     if (c.header == nullptr) return;
-    Publish(c.header->closed[c.side], 1);
+    c.header->closed[c.side].value.store(1, std::memory_order_seq_cst);
     for (int d = 0; d < 2; ++d) {
-      Futex(&c.header->written[d].value, FUTEX_WAKE, INT_MAX, nullptr);
-      Futex(&c.header->released[d].value, FUTEX_WAKE, INT_MAX, nullptr);
+      WakeAll(c.header->written[d].value);
+      WakeAll(c.header->released[d].value);
     }
     munmap(c.base, kChannelBytes);
     c.header = nullptr;
@@ -772,7 +754,7 @@ class SyncMesh {
     std::unique_ptr<gloo::transport::Buffer> send, recv;
     gloo::transport::Pair* pair = nullptr;
     int fd = -1;  // the pair's socket, only to poll it
-    pid_t pid = 0;  // the peer's process, where this rank reads its memory (EnableCrossMemory)
+    bool cross_memory = false;  // whether this rank reads and writes its memory (EnableCrossMemory)
     uint64_t remote_data = 0;  // where the peer's data lies, in the allreduce under way (cross memory)
     std::vector<char> round;   // the peer's last cache-round message (AllreduceBitsAndEager)
     pid_t host_pid = 0;          // the peer's process, where it runs on this host (FindHostPeers)
@@ -808,7 +790,7 @@ class SyncMesh {
     std::memcpy(head, &length, sizeof(length));
     if (bytes > 0) std::memcpy(head + kChannelRecordHead, data, bytes);
     c.sent += record;
-    Publish(c.header->written[d], c.sent);
+    Publish(c.header->written[d].value, c.header->written[d].waiters, c.sent);
   }
 
   // The next message from `peer`'s channel, in its ring, valid until the next one is taken (its
@@ -839,63 +821,31 @@ class SyncMesh {
   void ChannelRelease(Channel& c) {
     if (!c.holding) return;
     c.holding = false;
-    Publish(c.header->released[1 - c.side], c.taken);
+    Publish(c.header->released[1 - c.side].value, c.header->released[1 - c.side].waiters, c.taken);
   }
 
-  // Waits until `counter` of `peer`'s channel reaches `target`: polling it for kChannelSpin (or
-  // the mesh's own poll time, if longer; when busy-polling, throughout), yielding the core between
-  // polls, then sleeping on it. Throws, naming the peer, when the peer's mesh is destroyed, its
-  // process exits or the mesh's timeout passes first.
+  // Waits until `counter` of `peer`'s channel reaches `target` (AwaitCounter): polling it for
+  // kChannelSpin (or the mesh's own poll time, if longer; when busy-polling, throughout), then
+  // sleeping on it. Throws, naming the peer, when the peer's mesh is destroyed, its process exits
+  // or the mesh's timeout passes first.
   void AwaitChannel(int peer, ChannelCounter& counter, uint32_t target) {
-    if (Reached(counter.value.load(std::memory_order_acquire), target)) return;
-    const Channel& c = peers_[peer].channel;
-    const std::atomic<uint32_t>& closed = c.header->closed[1 - c.side].value;
-    const auto start = std::chrono::steady_clock::now();
     const auto spin = std::max(spin_, std::chrono::duration_cast<std::chrono::microseconds>(kChannelSpin));
-    auto last_check = start;
-    for (int i = 1;; ++i) {
-      sched_yield();
-      if (Reached(counter.value.load(std::memory_order_acquire), target)) return;
-      if ((i & 15) != 0) continue;
-      const auto now = std::chrono::steady_clock::now();
-      if (!busy_poll_ && now - start > spin) break;
-      if (busy_poll_ && now - last_check >= kChannelLivenessPeriod) {
-        last_check = now;
-        CheckChannelPeer(peer, closed, start, now);
-      }
-    }
-    while (true) {
-      counter.waiters.fetch_add(1, std::memory_order_seq_cst);
-      const uint32_t now_value = counter.value.load(std::memory_order_seq_cst);
-      if (Reached(now_value, target)) {
-        counter.waiters.fetch_sub(1, std::memory_order_seq_cst);
-        return;
-      }
-      if (closed.load(std::memory_order_seq_cst) == 0) {
-        timespec period{0, 50 * 1000 * 1000};
-        Futex(&counter.value, FUTEX_WAIT, now_value, &period);
-      }
-      counter.waiters.fetch_sub(1, std::memory_order_seq_cst);
-      if (Reached(counter.value.load(std::memory_order_acquire), target)) return;
-      const auto now = std::chrono::steady_clock::now();
-      if (closed.load(std::memory_order_acquire) != 0 || now - last_check >= kChannelLivenessPeriod) {
-        last_check = now;
-        CheckChannelPeer(peer, closed, start, now);
-      }
-    }
+    AwaitCounter(counter.value, counter.waiters, target, spin, busy_poll_,
+                 [&](std::chrono::steady_clock::time_point start) { CheckChannelPeer(peer, start); });
   }
 
-  // Throws where the channel's peer is gone or the wait has lasted longer than the mesh's timeout.
-  void CheckChannelPeer(int peer, const std::atomic<uint32_t>& closed, std::chrono::steady_clock::time_point start,
-                        std::chrono::steady_clock::time_point now) {
+  // Throws where the channel's peer is gone or the wait that began at `start` has lasted longer
+  // than the mesh's timeout.
+  void CheckChannelPeer(int peer, std::chrono::steady_clock::time_point start) {
+    const Channel& c = peers_[peer].channel;
     const pid_t pid = peers_[peer].host_pid;
     const std::string who =
         "rank " + std::to_string(peer) + " (process " + std::to_string(pid) + " on host " + host_ + ")";
-    if (closed.load(std::memory_order_acquire) != 0) {
+    if (c.header->closed[1 - c.side].value.load(std::memory_order_acquire) != 0) {
       throw std::runtime_error("Gloo: " + who + " closed its connection to this rank");
     }
     if (ProcessGone(pid)) throw std::runtime_error("Gloo: " + who + " exited");
-    if (timeout_.count() > 0 && now - start > timeout_) {
+    if (timeout_.count() > 0 && std::chrono::steady_clock::now() - start > timeout_) {
       throw std::runtime_error("Gloo: no message from " + who + " within " + std::to_string(timeout_.count()) + " ms");
     }
   }
@@ -1044,7 +994,7 @@ class SyncMesh {
   std::vector<char> scratch_;
   std::vector<char> round_out_;  // this rank's cache-round message (AllreduceBitsAndEager)
   uint64_t probe_ = 0;  // read by the peers of this host (EnableCrossMemory)
-  std::string host_;    // this host's name, where peers_[r].pid are its processes
+  std::string host_;    // this host's name, where peers_[r].host_pid are its processes
 };
 
 class GlooBackend : public Communicator {

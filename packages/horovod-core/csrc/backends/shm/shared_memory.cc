@@ -2,13 +2,10 @@
 
 #include <fcntl.h>
 #include <sched.h>
-#include <linux/futex.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +20,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "backends/shm/futex_counter.h"
+#include "engine/liveness.h"
 #include "engine/logging.h"
 #include "engine/reduction.h"
 
@@ -43,8 +42,6 @@ constexpr size_t kMaxIov = 1024;
 // How long a waiting rank polls a peer's counter (yielding the core between polls) before sleeping
 // on the futex.
 constexpr auto kSpin = std::chrono::microseconds(20);
-// How often a sleeping rank checks that its peer process still exists.
-constexpr auto kLivenessPeriod = std::chrono::milliseconds(200);
 constexpr uint64_t kMagic = 0x484f524f564f4453ull;  // "HOROVODS"
 
 // One rank's counters, alone in their cache lines (two, against adjacent-line prefetching).
@@ -54,7 +51,6 @@ struct alignas(128) RankCounters {
   std::atomic<uint32_t> closed;   // set when this rank's backend is destroyed,
   std::atomic<uint32_t> final_step;  // after storing the last step it really signalled
 };
-static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be plain 32-bit integers");
 
 struct Header {
   uint64_t magic;
@@ -69,13 +65,6 @@ size_t HeaderBytes(int size) {
 size_t SegmentBytes(int size) {
   return (HeaderBytes(size) + 4095) / 4096 * 4096 + 2 * static_cast<size_t>(size) * kSlotBytes;
 }
-
-long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
-  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
-}
-
-// Whether counter value `now` has reached `target` (modulo 2^32).
-bool Reached(uint32_t now, uint32_t target) { return static_cast<int32_t>(now - target) >= 0; }
 
 class SharedMemoryBackend : public ForwardingCommunicator {
  public:
@@ -98,7 +87,7 @@ class SharedMemoryBackend : public ForwardingCommunicator {
     mine.closed.store(1, std::memory_order_seq_cst);
     // Wake peers sleeping on this rank: they see `closed` and fail instead of waiting forever.
     mine.step.fetch_add(1, std::memory_order_seq_cst);
-    Futex(&mine.step, FUTEX_WAKE, INT_MAX, nullptr);
+    WakeAll(mine.step);
     munmap(base_, bytes_);
   }
 
@@ -418,52 +407,23 @@ class SharedMemoryBackend : public ForwardingCommunicator {
 
   void Signal() {
     RankCounters& mine = counters_[rank_];
-    ++step_;
-    mine.step.store(step_, std::memory_order_seq_cst);
-    if (mine.waiters.load(std::memory_order_seq_cst) != 0) Futex(&mine.step, FUTEX_WAKE, INT_MAX, nullptr);
+    Publish(mine.step, mine.waiters, ++step_);
   }
 
   void WaitFor(int r, uint32_t target) {
     RankCounters& theirs = counters_[r];
-    if (Reached(theirs.step.load(std::memory_order_acquire), target)) return Check(r, target);
-    const auto start = std::chrono::steady_clock::now();
-    if (spin_) {
-      for (int i = 0;; ++i) {
-        if (Reached(theirs.step.load(std::memory_order_acquire), target)) return Check(r, target);
-        // Yield rather than pause: a peer (or this rank's own other thread) sharing the core then
-        // runs at once. Measured at np=2 on 2 cores: 4 KiB allreduce 28-44 us over six runs with
-        // sched_yield, 40-113 us with the pause instruction.
-        sched_yield();
-        if ((i & 7) == 7 && std::chrono::steady_clock::now() - start > kSpin) break;
+    const auto spin = spin_ ? kSpin : std::chrono::microseconds(0);
+    AwaitCounter(theirs.step, theirs.waiters, target, spin, false, [&](std::chrono::steady_clock::time_point start) {
+      if (ProcessGone(pids_[r])) {
+        throw std::runtime_error("shared memory: rank " + std::to_string(r) + " (pid " + std::to_string(pids_[r]) +
+                                 ") exited while this rank waited for it");
       }
-    } else {
-      std::this_thread::yield();
-    }
-    auto last_check = std::chrono::steady_clock::now();
-    while (true) {
-      theirs.waiters.fetch_add(1, std::memory_order_seq_cst);
-      const uint32_t now = theirs.step.load(std::memory_order_seq_cst);
-      if (Reached(now, target)) {
-        theirs.waiters.fetch_sub(1, std::memory_order_seq_cst);
-        return Check(r, target);
-      }
-      timespec period{0, 50 * 1000 * 1000};
-      Futex(&theirs.step, FUTEX_WAIT, now, &period);
-      theirs.waiters.fetch_sub(1, std::memory_order_seq_cst);
-      if (Reached(theirs.step.load(std::memory_order_acquire), target)) return Check(r, target);
-      const auto clock = std::chrono::steady_clock::now();
-      if (clock - last_check >= kLivenessPeriod) {
-        last_check = clock;
-        if (::kill(static_cast<pid_t>(pids_[r]), 0) != 0 && errno == ESRCH) {
-          throw std::runtime_error("shared memory: rank " + std::to_string(r) + " (pid " + std::to_string(pids_[r]) +
-                                   ") exited while this rank waited for it");
-        }
-      }
-      if (timeout_.count() > 0 && clock - start > timeout_) {
+      if (timeout_.count() > 0 && std::chrono::steady_clock::now() - start > timeout_) {
         throw std::runtime_error("shared memory: rank " + std::to_string(r) + " did not reach step " +
                                  std::to_string(target) + " within " + std::to_string(timeout_.count()) + " ms");
       }
-    }
+    });
+    Check(r, target);
   }
 
   // Called once rank r's counter has reached `target`: a peer whose backend is gone (its engine
