@@ -484,10 +484,10 @@ NB_MODULE(_core, m) {
      "the cycles run by waiting callers instead of the background thread (caller_cycles, HOROVOD_CALLER_EXECUTION), "
      "whether its collectives go through shared memory (shared_memory) and its large allreduces read the peers' "
      "buffers directly (shared_memory_single_copy); how many peers on this host this rank's Gloo messages reach "
-     "through a shared-memory channel instead of TCP on several hosts (local_channels); the number of hosts the ranks are grouped into (hosts, by "
-     "HOROVOD_HOSTNAME when set), whether the hierarchical collectives were set up (hierarchical: several hosts with "
-     "the same number of ranks each, and hierarchical allreduce/allgather asked for or autotuned), whether each is "
-     "switched on now (hierarchical_allreduce, hierarchical_allgather), how many allreduces/allgathers went that "
+     "through a shared-memory channel instead of TCP on several hosts (local_channels); the number of hosts the "
+     "ranks are grouped into (hosts, by HOROVOD_HOSTNAME when set), whether the hierarchical collectives were set "
+     "up (hierarchical: several hosts with the same number of ranks each, and hierarchical allreduce/allgather asked "
+     "for or autotuned), whether each is switched on now (hierarchical_allreduce, hierarchical_allgather), how many allreduces/allgathers went that "
      "way (hierarchical_allreduces, hierarchical_allgathers), and whether their steps within a host use shared "
      "memory (hierarchical_shared_memory).");
   m.def("tuned_parameters", [] {
