@@ -467,6 +467,8 @@ NB_MODULE(_core, m) {
     d["eager_allreduces"] = s.eager_allreduces;
     d["negotiation_us"] = s.negotiation_us;
     d["caller_cycles"] = engine->caller_cycles();
+    d["background_thread_id"] = engine->background_thread_id();
+    d["background_cpu"] = engine->background_cpu();
     d["shared_memory"] = engine->shared_memory();
     d["shared_memory_single_copy"] = engine->shared_memory_single_copy();
     d["local_channels"] = engine->local_channels();
@@ -482,6 +484,8 @@ NB_MODULE(_core, m) {
   }, "Negotiation counters of the global process set (cycles, coordinator_rounds, cache_hits, negotiation_us, and "
      "eager_allreduces: allreduces whose data the cache round carried), "
      "the cycles run by waiting callers instead of the background thread (caller_cycles, HOROVOD_CALLER_EXECUTION), "
+     "the background thread's id (background_thread_id, as in /proc/self/task) and the core it is bound to now "
+     "(background_cpu, -1 when not bound: HOROVOD_THREAD_AFFINITY, HOROVOD_THREAD_FOLLOW_CALLER), "
      "whether its collectives go through shared memory (shared_memory) and its large allreduces read the peers' "
      "buffers directly (shared_memory_single_copy); how many peers on this host this rank's Gloo messages reach "
      "through a shared-memory channel instead of TCP on several hosts (local_channels); the number of hosts the "

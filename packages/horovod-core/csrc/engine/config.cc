@@ -170,6 +170,11 @@ const std::vector<Knob>& Knobs() {
        BOOL_KNOB("HOROVOD_ENABLE_ASYNC_COMPLETION", enable_async_completion)},
       {"HOROVOD_THREAD_AFFINITY", "", "comma-separated core ids; entry [local_rank] pins the background thread",
        STRING_KNOB(thread_affinity)},
+      {"HOROVOD_THREAD_FOLLOW_CALLER", "1",
+       "where this host's ranks are at least as many as the cores a rank may use, the background thread "
+       "runs its cycles on the core of the thread that last submitted an operation (0: wherever the "
+       "scheduler puts it)",
+       BOOL_KNOB("HOROVOD_THREAD_FOLLOW_CALLER", thread_follow_caller)},
       {"HOROVOD_ADASUM_MPI_CHUNK_SIZE", "1073741824", "Adasum message chunk size, bytes",
        INT_KNOB("HOROVOD_ADASUM_MPI_CHUNK_SIZE", adasum_mpi_chunk_size, 1)},
       {"HOROVOD_ENABLE_XLA_OPS", "0", "TensorFlow XLA ops (not supported)",

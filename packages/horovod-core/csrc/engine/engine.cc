@@ -1,5 +1,9 @@
 #include "engine.h"
 
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -25,6 +29,45 @@ constexpr std::chrono::microseconds kQuietPeriod{50};
 // BackgroundLoop).
 constexpr std::chrono::milliseconds kActiveWindow{10};
 
+// HOROVOD_THREAD_AFFINITY (spec core.md §7): entry [local_rank] of a comma-separated list of core
+// ids, or -1 when unset. Raises InvalidArgument for a malformed list, a list with fewer entries than
+// the host has ranks, or a core this process may not run on.
+int ThreadAffinity(const Config& config) {
+  const std::string& text = config.thread_affinity;
+  if (text.empty()) return -1;
+  std::vector<int> cores;
+  size_t at = 0;
+  while (true) {
+    const size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    char* end = nullptr;
+    const long core = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || core < 0 || core >= CPU_SETSIZE) {
+      throw EngineError(Status::InvalidArgument(
+          "Invalid value '" + text + "' for environment variable HOROVOD_THREAD_AFFINITY: expected a "
+          "comma-separated list of core ids (integers from 0), entry [local rank] for each rank of the host."));
+    }
+    cores.push_back(static_cast<int>(core));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  // (Checked against the local size, not the local rank, so that every rank of the host fails alike.)
+  if (static_cast<int>(cores.size()) < config.local_size) {
+    throw EngineError(Status::InvalidArgument(
+        "HOROVOD_THREAD_AFFINITY='" + text + "' has " + std::to_string(cores.size()) +
+        " core id(s): expected an entry for each of the host's " + std::to_string(config.local_size) + " ranks."));
+  }
+  const int core = cores[static_cast<size_t>(config.local_rank)];
+  cpu_set_t allowed;
+  if (::sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && !CPU_ISSET(core, &allowed)) {
+    throw EngineError(Status::InvalidArgument(
+        "HOROVOD_THREAD_AFFINITY='" + text + "' gives local rank " + std::to_string(config.local_rank) + " core " +
+        std::to_string(core) + ", which this process may not run on (its CPU affinity has " +
+        std::to_string(CPU_COUNT(&allowed)) + " cores)."));
+  }
+  return core;
+}
+
 }  // namespace
 
 std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Store> store,
@@ -32,8 +75,18 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
                                       const std::vector<std::vector<int>>& process_sets, intptr_t mpi_comm,
                                       const std::vector<int>& mpi_ranks) {
   SetLogLevel(config.log_level, config.log_hide_time);
+  const int pinned_cpu = ThreadAffinity(config);
   std::unique_ptr<Engine> engine(new Engine(config));
   Engine& e = *engine;
+  e.pinned_cpu_ = pinned_cpu;
+  if (pinned_cpu < 0 && config.thread_follow_caller) {
+    cpu_set_t cpus;
+    const int available = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+    e.follow_caller_ = available > 0 && available <= config.local_size;
+    HVD_LOG(DEBUG) << "background thread: " << available << " core(s) for " << config.local_size
+                   << " rank(s) on this host; " << (e.follow_caller_ ? "follows the submitting thread's core"
+                                                                      : "placed by the scheduler");
+  }
   e.store_ = store ? std::move(store) : std::make_unique<MemoryStore>();
   e.stack_ = BuildCommunicatorStack(e.config_, e.store_.get(), key_prefix, mpi_comm, mpi_ranks);
   TunedParameters& initial = e.parameters_;
@@ -202,6 +255,7 @@ int64_t Engine::Enqueue(int32_t process_set_id, std::vector<Request> requests, s
     recorder_->Ended(recorded, count, e.what());
     throw;
   }
+  if (follow_caller_.load(std::memory_order_relaxed)) submit_cpu_.store(::sched_getcpu(), std::memory_order_relaxed);
   submissions_.fetch_add(1, std::memory_order_seq_cst);
   // The background thread counts instead (a burst), or polls the queues now (caller execution).
   if (!coalescing_.load(std::memory_order_seq_cst) && !polling_.load(std::memory_order_seq_cst)) Wake();
@@ -302,8 +356,40 @@ void Engine::Shutdown() {
   timeline_.Stop();
 }
 
+void Engine::FollowCaller() {
+  const int cpu = submit_cpu_.load(std::memory_order_relaxed);
+  if (cpu < 0 || cpu == background_cpu_) return;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  CPU_SET(cpu, &cpus);
+  if (::pthread_setaffinity_np(::pthread_self(), sizeof(cpus), &cpus) != 0) {
+    // The core was taken from this process (its cpuset changed): back to the cores it started
+    // with, and the scheduler places the thread from now on.
+    ::pthread_setaffinity_np(::pthread_self(), sizeof(started_cpus_), &started_cpus_);
+    follow_caller_.store(false);
+    background_cpu_ = -1;
+  } else {
+    background_cpu_ = cpu;
+  }
+  background_cpu_shown_.store(background_cpu_, std::memory_order_relaxed);
+}
+
 void Engine::BackgroundLoop() {
   using Clock = std::chrono::steady_clock;
+  background_tid_.store(static_cast<int64_t>(::syscall(SYS_gettid)));
+  ::pthread_setname_np(::pthread_self(), "hvd-background");  // top -H, /proc/<pid>/task/*/comm
+  ::pthread_getaffinity_np(::pthread_self(), sizeof(started_cpus_), &started_cpus_);
+  if (pinned_cpu_ >= 0) {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    CPU_SET(pinned_cpu_, &cpus);
+    if (::pthread_setaffinity_np(::pthread_self(), sizeof(cpus), &cpus) == 0) {
+      background_cpu_ = pinned_cpu_;
+      background_cpu_shown_.store(pinned_cpu_);
+    } else {
+      HVD_LOG(WARNING) << "HOROVOD_THREAD_AFFINITY: could not bind the background thread to core " << pinned_cpu_;
+    }
+  }
   bool again = false;
   int idle = 0;  // consecutive cycles that had nothing to do on this rank
   // Caller execution: when this rank last submitted something (as seen from this thread).
@@ -383,6 +469,7 @@ void Engine::BackgroundLoop() {
       again = false;
       continue;
     }
+    if (follow_caller_.load(std::memory_order_relaxed)) FollowCaller();
     const auto start = Clock::now();
     if (!CycleLocked(start)) break;
     // The cycle time bounds how long submitted work waits; it is not a sleep every operation

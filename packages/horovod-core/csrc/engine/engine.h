@@ -32,11 +32,22 @@
 //   MPI_THREAD_SERIALIZED and once a GPU tensor was submitted on this rank (the GPU executors stay
 //   on the background thread). Process sets make no difference: a cycle negotiates the global
 //   set, then every other set of the rank, whichever thread runs it.
+// - Where the background thread runs. HOROVOD_THREAD_AFFINITY pins it to the core of entry
+//   [local_rank] for good. Otherwise, where this host's ranks are at least as many as the cores a
+//   rank may use (no spare core: each rank's own thread keeps one busy), the background thread moves
+//   before each of its cycles to the core on which an operation was last submitted
+//   (HOROVOD_THREAD_FOLLOW_CALLER, on by default). Its collectives then take their time from the
+//   core of the rank they serve, as a caller's own cycles do, and every rank pays for its own
+//   share; left to the scheduler, a background thread woken by a peer's futex may be placed on
+//   the core of the rank that woke it, which then pays for both (it falls behind and the others
+//   wait for it). Where a rank has cores to spare, the scheduler places the thread (on an idle core).
 // - The cycle ends for good when any rank asked for shutdown (the flag travels with negotiation of
 //   the global set, so every rank stops in the same cycle), when the stall inspector gives up, or
 //   when a backend fails (a peer was lost). Then every queue is closed: pending and later
 //   operations fail with an error saying why.
 #pragma once
+
+#include <sched.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -141,6 +152,10 @@ class Engine {
   NegotiationStats GlobalStats();
   // Cycles run by waiting callers instead of the background thread (caller execution).
   int64_t caller_cycles() const { return caller_cycles_.load(); }
+  // The background thread's id (gettid) and the core it is bound to now (-1: not bound), see
+  // "Where the background thread runs" above.
+  int64_t background_thread_id() const { return background_tid_.load(); }
+  int background_cpu() const { return background_cpu_shown_.load(); }
   // The parameters in force (autotune may change them; the same on every rank from the cycle
   // they were broadcast in).
   TunedParameters CurrentParameters();
@@ -167,6 +182,8 @@ class Engine {
  private:
   explicit Engine(const Config& config);
   void BackgroundLoop();
+  // Binds the background thread to the core of the last submission, if it is not there already.
+  void FollowCaller();
   // One cycle, begun at `now`; false once the engine must stop.
   bool RunCycle(std::chrono::steady_clock::time_point now);
   // RunCycle and its bookkeeping, by the thread holding cycle_mu_. A cycle that ends the engine
@@ -217,6 +234,16 @@ class Engine {
   // Submissions so far; while the background thread gathers a burst (coalescing_), Enqueue only
   // counts instead of waking it each time.
   std::atomic<uint64_t> submissions_{0};
+  // HOROVOD_THREAD_FOLLOW_CALLER in force (Start): Enqueue records the core it runs on, and the
+  // background thread moves there before its next cycle (FollowCaller).
+  std::atomic<bool> follow_caller_{false};
+  std::atomic<int> submit_cpu_{-1};
+  int pinned_cpu_ = -1;  // HOROVOD_THREAD_AFFINITY's core for this rank (-1: none)
+  std::atomic<int64_t> background_tid_{0};
+  std::atomic<int> background_cpu_shown_{-1};
+  // (background thread) the core it is bound to (-1: any), and the cores it may use as started.
+  int background_cpu_ = -1;
+  cpu_set_t started_cpus_{};
   std::atomic<bool> coalescing_{false};
   // While the background thread polls the queues (caller execution), Enqueue does not wake it.
   std::atomic<bool> polling_{false};
