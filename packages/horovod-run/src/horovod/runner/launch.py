@@ -247,7 +247,9 @@ def _make_parser():
     group.add_argument("--num-nccl-streams", action=_OverrideAction, type=int,
                        help="NCCL streams per device (HOROVOD_NUM_NCCL_STREAMS).")
     group.add_argument("--thread-affinity", action=_OverrideAction, type=int,
-                       help="CPU core of the background thread (HOROVOD_THREAD_AFFINITY).")
+                       help="CPU core of the background thread, for hosts with one rank "
+                            "(HOROVOD_THREAD_AFFINITY; with several ranks per host, set that variable "
+                            "to a comma-separated list with one core per local rank).")
     group.add_argument("--gloo-timeout-seconds", action=_OverrideAction, type=int,
                        help="Gloo rendezvous and operation timeout in seconds.")
 
