@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from horovod_testing import run_ranks
+from horovod_testing import init_error, run_ranks
 from horovod_testing.autotune import read_log as _read_log
 
 # The joint stage's fixed first configurations (fusion MB, cycle ms), spec core.md §12.
@@ -166,19 +166,9 @@ def test_parameters_without_autotune_are_the_configured_ones():
                           "torus_allreduce": False, "tuning": False}
 
 
-def _init_error():
-    from horovod.common.basics import HorovodBasics
-
-    try:
-        HorovodBasics().init()
-    except ValueError as e:
-        return str(e)
-    return None
-
-
 def test_unwritable_log_is_an_init_error(tmp_path):
     bad = str(tmp_path / "no-such-dir" / "autotune.csv")
-    results = run_ranks(1, _init_error, env={"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": bad,
+    results = run_ranks(1, init_error, env={"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": bad,
                                              "HOROVOD_LOG_LEVEL": "error"})
     assert results[0] is not None
     assert not os.path.exists(bad)

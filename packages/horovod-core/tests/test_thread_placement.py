@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from horovod_testing import run_ranks
+from horovod_testing import init_error, run_ranks
 
 
 def _allowed_cores(tid):
@@ -73,15 +73,6 @@ def test_thread_affinity_pins_each_rank_to_its_entry():
     assert results == [(core, [core])] * 2
 
 
-def _init_error():
-    from horovod.common.basics import HorovodBasics
-    try:
-        HorovodBasics().init()
-    except ValueError as e:
-        return str(e)
-    return None
-
-
 @pytest.mark.parametrize("value, expected", [
     ("zero,one", "comma-separated list of core ids"),
     ("0;1", "comma-separated list of core ids"),
@@ -92,7 +83,7 @@ def _init_error():
 def test_thread_affinity_errors_name_the_variable(value, expected):
     # A core this machine does not let the process use: one past the highest it may use.
     value = value.format(unusable=max(os.sched_getaffinity(0)) + 1)
-    for message in run_ranks(2, _init_error, env={"HOROVOD_THREAD_AFFINITY": value}):
+    for message in run_ranks(2, init_error, env={"HOROVOD_THREAD_AFFINITY": value}):
         assert message is not None and "HOROVOD_THREAD_AFFINITY" in message and expected in message, message
 
 

@@ -14,11 +14,22 @@ import cloudpickle
 
 from horovod.common.rendezvous import SECRET_ENV, RendezvousServer
 
-__all__ = ["run_ranks", "RanksFailed"]
+__all__ = ["run_ranks", "RanksFailed", "init_error"]
 
 
 class RanksFailed(AssertionError):
     """One or more ranks raised, exited abnormally or timed out."""
+
+
+def init_error():
+    """On a rank of ``run_ranks``: calls ``hvd.init()`` (the core's) and returns the message of the
+    ValueError it raises, or None when it succeeds (Horovod then stays up until the rank exits)."""
+    from horovod.common.basics import HorovodBasics
+    try:
+        HorovodBasics().init()
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def _plan(np_, hosts=None):
