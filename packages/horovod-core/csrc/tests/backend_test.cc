@@ -151,7 +151,7 @@ TEST_P(Backends, SplitMakesASubCommunicator) {
 // place, float32 with a postscale and int64, over several operations in a row: every rank's outputs
 // hold the reduction in rank order, bit for bit, and the inputs of the out-of-place pieces are
 // untouched.
-TEST(SharedMemoryPieces, EveryChunkReducedOnceInRankOrder) {
+TEST(SharedMemoryPieces, ReducedInRankOrderIntoEveryRank) {
   for (int n : {2, 3, 4}) {
     RunBackends(n, /*shared_memory=*/true, [&](int rank, Communicator& backend) {
       auto value = [](int r, int64_t piece, int64_t i) {
