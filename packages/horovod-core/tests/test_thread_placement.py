@@ -7,8 +7,8 @@
   to the core of the last submission (HOROVOD_THREAD_FOLLOW_CALLER, on by default), and stays where
   the scheduler puts it with the knob at 0.
 
-Each case checks the thread's CPU affinity in /proc against engine_stats and the allreduce results
-against numpy.
+Each case checks the thread's CPU affinity (sched_getaffinity of its thread id) against
+engine_stats and the allreduce results against numpy.
 """
 
 import os
@@ -16,19 +16,6 @@ import os
 import pytest
 
 from horovod_testing import init_error, run_ranks
-
-
-def _allowed_cores(tid):
-    """The cores thread ``tid`` of this process may run on, from /proc."""
-    with open(f"/proc/self/task/{tid}/status") as f:
-        for line in f:
-            if line.startswith("Cpus_allowed_list:"):
-                cores = set()
-                for part in line.split(":", 1)[1].strip().split(","):
-                    low, _, high = part.partition("-")
-                    cores.update(range(int(low), int(high or low) + 1))
-                return cores
-    raise AssertionError(f"no Cpus_allowed_list for thread {tid}")
 
 
 def _allreduce_by_background(tag, value):
@@ -60,7 +47,7 @@ def _pinned():
     out = _allreduce_by_background("pinned", rank + 1.0)
     np.testing.assert_array_equal(out, np.full(1000, size * (size + 1) / 2))
     stats = _core.engine_stats()
-    cores = _allowed_cores(stats["background_thread_id"])
+    cores = os.sched_getaffinity(stats["background_thread_id"])
     with open(f"/proc/self/task/{stats['background_thread_id']}/comm") as f:
         assert f.read().strip() == "hvd-background"
     basics.shutdown()
@@ -108,7 +95,7 @@ def _follows(cores):
             out = _allreduce_by_background(f"follow.{i}.{j}", rank + i + j)
             np.testing.assert_array_equal(out, np.full(1000, sum(r + i + j for r in range(size)), np.float64))
         stats = _core.engine_stats()
-        seen.append((core, stats["background_cpu"], sorted(_allowed_cores(stats["background_thread_id"]))))
+        seen.append((core, stats["background_cpu"], sorted(os.sched_getaffinity(stats["background_thread_id"]))))
     basics.shutdown()
     return seen
 

@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -45,6 +47,25 @@ std::string OneOf(const char* name, const std::string& value, const std::vector<
   std::string expected = "one of";
   for (const auto& a : allowed) expected += " " + a;
   Invalid(name, value, expected + " (case-insensitive)");
+}
+
+// A comma-separated list of core ids (HOROVOD_THREAD_AFFINITY); empty: none.
+std::vector<int> ToCoreList(const char* name, const std::string& value) {
+  std::vector<int> cores;
+  if (value.empty()) return cores;
+  for (size_t at = 0;;) {
+    const size_t comma = value.find(',', at);
+    const std::string item = value.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    char* end = nullptr;
+    const long long core = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || core < 0 || core >= CPU_SETSIZE) {
+      Invalid(name, value, "a comma-separated list of core ids (integers from 0), entry [local rank] for each "
+                           "rank of the host");
+    }
+    cores.push_back(static_cast<int>(core));
+    if (comma == std::string::npos) return cores;
+    at = comma + 1;
+  }
 }
 
 LogLevel ToLogLevel(const std::string& value) {
@@ -169,7 +190,7 @@ const std::vector<Knob>& Knobs() {
       {"HOROVOD_ENABLE_ASYNC_COMPLETION", "0", "GPU completion through events instead of a CPU wait",
        BOOL_KNOB("HOROVOD_ENABLE_ASYNC_COMPLETION", enable_async_completion)},
       {"HOROVOD_THREAD_AFFINITY", "", "comma-separated core ids; entry [local_rank] pins the background thread",
-       STRING_KNOB(thread_affinity)},
+       [](Config& c, const std::string& v) { c.thread_affinity = ToCoreList("HOROVOD_THREAD_AFFINITY", v); }},
       {"HOROVOD_THREAD_FOLLOW_CALLER", "1",
        "where this host's ranks are at least as many as the cores a rank may use, the background thread "
        "runs its cycles on the core of the thread that last submitted an operation (0: wherever the "
@@ -223,6 +244,12 @@ Config ParseConfig(const std::map<std::string, std::string>& env) {
     throw EngineError(Status::InvalidArgument("HOROVOD_LOCAL_RANK=" + std::to_string(config.local_rank) +
                                               " must be smaller than HOROVOD_LOCAL_SIZE=" +
                                               std::to_string(config.local_size) + "."));
+  }
+  // (Against the local size, not the local rank, so that every rank of the host fails alike.)
+  if (!config.thread_affinity.empty() && static_cast<int>(config.thread_affinity.size()) < config.local_size) {
+    throw EngineError(Status::InvalidArgument(
+        "HOROVOD_THREAD_AFFINITY has " + std::to_string(config.thread_affinity.size()) +
+        " core id(s): expected an entry for each of the host's " + std::to_string(config.local_size) + " ranks."));
   }
   return config;
 }

@@ -78,8 +78,9 @@ struct Config {
   int64_t num_nccl_streams = 1;
   bool batch_d2d_memcopies = true;
   bool enable_async_completion = false;
-  // HOROVOD_THREAD_AFFINITY: comma-separated core ids; entry [local_rank] pins the background thread.
-  std::string thread_affinity;
+  // HOROVOD_THREAD_AFFINITY: core ids, at least one per rank of the host (checked by ParseConfig);
+  // entry [local_rank] pins the background thread. Empty: not set.
+  std::vector<int> thread_affinity;
   // HOROVOD_THREAD_FOLLOW_CALLER: where this host's ranks have no spare core (at least as many ranks
   // as this process may use cores), the background thread runs its cycles on the core of the thread
   // that last submitted an operation (engine.h, "Threading contract").

@@ -29,39 +29,15 @@ constexpr std::chrono::microseconds kQuietPeriod{50};
 // BackgroundLoop).
 constexpr std::chrono::milliseconds kActiveWindow{10};
 
-// HOROVOD_THREAD_AFFINITY (spec core.md §7): entry [local_rank] of a comma-separated list of core
-// ids, or -1 when unset. Raises InvalidArgument for a malformed list, a list with fewer entries than
-// the host has ranks, or a core this process may not run on.
+// HOROVOD_THREAD_AFFINITY (spec core.md §7): this rank's core (entry [local_rank]), or -1 when
+// unset. Raises InvalidArgument for a core this process may not run on.
 int ThreadAffinity(const Config& config) {
-  const std::string& text = config.thread_affinity;
-  if (text.empty()) return -1;
-  std::vector<int> cores;
-  size_t at = 0;
-  while (true) {
-    const size_t comma = text.find(',', at);
-    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    char* end = nullptr;
-    const long core = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || core < 0 || core >= CPU_SETSIZE) {
-      throw EngineError(Status::InvalidArgument(
-          "Invalid value '" + text + "' for environment variable HOROVOD_THREAD_AFFINITY: expected a "
-          "comma-separated list of core ids (integers from 0), entry [local rank] for each rank of the host."));
-    }
-    cores.push_back(static_cast<int>(core));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  // (Checked against the local size, not the local rank, so that every rank of the host fails alike.)
-  if (static_cast<int>(cores.size()) < config.local_size) {
-    throw EngineError(Status::InvalidArgument(
-        "HOROVOD_THREAD_AFFINITY='" + text + "' has " + std::to_string(cores.size()) +
-        " core id(s): expected an entry for each of the host's " + std::to_string(config.local_size) + " ranks."));
-  }
-  const int core = cores[static_cast<size_t>(config.local_rank)];
+  if (config.thread_affinity.empty()) return -1;
+  const int core = config.thread_affinity[static_cast<size_t>(config.local_rank)];
   cpu_set_t allowed;
   if (::sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && !CPU_ISSET(core, &allowed)) {
     throw EngineError(Status::InvalidArgument(
-        "HOROVOD_THREAD_AFFINITY='" + text + "' gives local rank " + std::to_string(config.local_rank) + " core " +
+        "HOROVOD_THREAD_AFFINITY gives local rank " + std::to_string(config.local_rank) + " core " +
         std::to_string(core) + ", which this process may not run on (its CPU affinity has " +
         std::to_string(CPU_COUNT(&allowed)) + " cores)."));
   }
@@ -356,22 +332,23 @@ void Engine::Shutdown() {
   timeline_.Stop();
 }
 
-void Engine::FollowCaller() {
-  const int cpu = submit_cpu_.load(std::memory_order_relaxed);
-  if (cpu < 0 || cpu == background_cpu_) return;
+bool Engine::BindBackgroundThread(int cpu) {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   CPU_SET(cpu, &cpus);
-  if (::pthread_setaffinity_np(::pthread_self(), sizeof(cpus), &cpus) != 0) {
-    // The core was taken from this process (its cpuset changed): back to the cores it started
-    // with, and the scheduler places the thread from now on.
-    ::pthread_setaffinity_np(::pthread_self(), sizeof(started_cpus_), &started_cpus_);
-    follow_caller_.store(false);
-    background_cpu_ = -1;
-  } else {
-    background_cpu_ = cpu;
-  }
-  background_cpu_shown_.store(background_cpu_, std::memory_order_relaxed);
+  if (::pthread_setaffinity_np(::pthread_self(), sizeof(cpus), &cpus) != 0) return false;
+  background_cpu_.store(cpu, std::memory_order_relaxed);
+  return true;
+}
+
+void Engine::FollowCaller() {
+  const int cpu = submit_cpu_.load(std::memory_order_relaxed);
+  if (cpu < 0 || cpu == background_cpu_.load(std::memory_order_relaxed) || BindBackgroundThread(cpu)) return;
+  // The core was taken from this process (its cpuset changed): back to the cores the thread
+  // started with, and the scheduler places it from now on.
+  ::pthread_setaffinity_np(::pthread_self(), sizeof(started_cpus_), &started_cpus_);
+  follow_caller_.store(false);
+  background_cpu_.store(-1, std::memory_order_relaxed);
 }
 
 void Engine::BackgroundLoop() {
@@ -379,16 +356,8 @@ void Engine::BackgroundLoop() {
   background_tid_.store(static_cast<int64_t>(::syscall(SYS_gettid)));
   ::pthread_setname_np(::pthread_self(), "hvd-background");  // top -H, /proc/<pid>/task/*/comm
   ::pthread_getaffinity_np(::pthread_self(), sizeof(started_cpus_), &started_cpus_);
-  if (pinned_cpu_ >= 0) {
-    cpu_set_t cpus;
-    CPU_ZERO(&cpus);
-    CPU_SET(pinned_cpu_, &cpus);
-    if (::pthread_setaffinity_np(::pthread_self(), sizeof(cpus), &cpus) == 0) {
-      background_cpu_ = pinned_cpu_;
-      background_cpu_shown_.store(pinned_cpu_);
-    } else {
-      HVD_LOG(WARNING) << "HOROVOD_THREAD_AFFINITY: could not bind the background thread to core " << pinned_cpu_;
-    }
+  if (pinned_cpu_ >= 0 && !BindBackgroundThread(pinned_cpu_)) {
+    HVD_LOG(WARNING) << "HOROVOD_THREAD_AFFINITY: could not bind the background thread to core " << pinned_cpu_;
   }
   bool again = false;
   int idle = 0;  // consecutive cycles that had nothing to do on this rank

@@ -155,7 +155,7 @@ class Engine {
   // The background thread's id (gettid) and the core it is bound to now (-1: not bound), see
   // "Where the background thread runs" above.
   int64_t background_thread_id() const { return background_tid_.load(); }
-  int background_cpu() const { return background_cpu_shown_.load(); }
+  int background_cpu() const { return background_cpu_.load(); }
   // The parameters in force (autotune may change them; the same on every rank from the cycle
   // they were broadcast in).
   TunedParameters CurrentParameters();
@@ -182,6 +182,8 @@ class Engine {
  private:
   explicit Engine(const Config& config);
   void BackgroundLoop();
+  // Binds the calling (background) thread to core `cpu`; false if the kernel refuses.
+  bool BindBackgroundThread(int cpu);
   // Binds the background thread to the core of the last submission, if it is not there already.
   void FollowCaller();
   // One cycle, begun at `now`; false once the engine must stop.
@@ -239,11 +241,9 @@ class Engine {
   std::atomic<bool> follow_caller_{false};
   std::atomic<int> submit_cpu_{-1};
   int pinned_cpu_ = -1;  // HOROVOD_THREAD_AFFINITY's core for this rank (-1: none)
-  std::atomic<int64_t> background_tid_{0};
-  std::atomic<int> background_cpu_shown_{-1};
-  // (background thread) the core it is bound to (-1: any), and the cores it may use as started.
-  int background_cpu_ = -1;
-  cpu_set_t started_cpus_{};
+  std::atomic<int64_t> background_tid_{0};  // the background thread's id (gettid)
+  std::atomic<int> background_cpu_{-1};  // the core it is bound to (-1: any); written by itself only
+  cpu_set_t started_cpus_{};  // (background thread) the cores it may use as started
   std::atomic<bool> coalescing_{false};
   // While the background thread polls the queues (caller execution), Enqueue does not wake it.
   std::atomic<bool> polling_{false};

@@ -130,6 +130,8 @@ TEST(Config, BadValuesRaiseNamingTheVariable) {
       {"HOROVOD_CONTROLLER", "nccl"},        {"HOROVOD_CPU_OPERATIONS", "tcp"},
       {"HOROVOD_AUTOTUNE", "yes"},           {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "1.5"},
       {"HOROVOD_NUM_NCCL_STREAMS", "0"},     {"HOROVOD_STALL_CHECK_TIME_SECONDS", "1e"},
+      {"HOROVOD_THREAD_AFFINITY", "0;1"},    {"HOROVOD_THREAD_AFFINITY", "1,,2"},
+      {"HOROVOD_THREAD_AFFINITY", "-1"},     {"HOROVOD_THREAD_AFFINITY", "2,x"},
   };
   for (const auto& [name, value] : bad) {
     const std::string message = ParseError({{name, value}});
@@ -137,6 +139,17 @@ TEST(Config, BadValuesRaiseNamingTheVariable) {
     EXPECT_NE(message.find("'" + value + "'"), std::string::npos) << message;
     EXPECT_NE(message.find("expected"), std::string::npos) << message;
   }
+}
+
+TEST(Config, ThreadAffinityHasACoreForEachRankOfTheHost) {
+  EXPECT_TRUE(ParseConfig({}).thread_affinity.empty());
+  EXPECT_TRUE(ParseConfig({{"HOROVOD_THREAD_AFFINITY", ""}}).thread_affinity.empty());
+  const Config c = ParseConfig({{"HOROVOD_LOCAL_RANK", "1"}, {"HOROVOD_LOCAL_SIZE", "3"},
+                                {"HOROVOD_THREAD_AFFINITY", "4,0,17,3"}});
+  EXPECT_EQ(c.thread_affinity, (std::vector<int>{4, 0, 17, 3}));
+  const std::string message = ParseError({{"HOROVOD_LOCAL_SIZE", "3"}, {"HOROVOD_THREAD_AFFINITY", "4,0"}});
+  EXPECT_NE(message.find("HOROVOD_THREAD_AFFINITY has 2 core id(s)"), std::string::npos) << message;
+  EXPECT_NE(message.find("3 ranks"), std::string::npos) << message;
 }
 
 TEST(Config, RankMustBeBelowSize) {
