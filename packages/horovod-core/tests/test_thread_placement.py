@@ -125,3 +125,54 @@ def _spare_cores():
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a core to spare for one rank")
 def test_a_rank_with_cores_to_spare_leaves_placement_to_the_scheduler():
     assert run_ranks(1, _spare_cores) == [-1]
+
+
+def _stream(cores, count):
+    """Restricted to ``cores`` (no core to spare), submits ``count`` allreduces about a millisecond
+    apart without waiting on any (as a backward pass submits its gradients), then waits for them.
+    Returns the cycles that ran while the ranks submitted, the seconds that took, and whether every
+    result matches numpy."""
+    import time
+
+    import numpy as np
+    from horovod.common import _core, ops
+    from horovod.common.basics import HorovodBasics
+    from horovod_testing.collectives import SUM
+    os.sched_setaffinity(0, cores)
+    basics = HorovodBasics()
+    basics.init()
+    rank, size = basics.rank(), basics.size()
+    ops.wait(ops.barrier_async())
+    before = _core.engine_stats()["cycles"]
+    start = time.monotonic()
+    submitted = []
+    for i in range(count):
+        x = np.full(64, rank + i, np.float64)
+        out = np.empty_like(x)
+        submitted.append((ops.allreduce_async([x], [out], [f"stream.{i}"], SUM), x, out, i))
+        time.sleep(0.001)
+    cycles = _core.engine_stats()["cycles"] - before
+    seconds = time.monotonic() - start
+    right = True
+    for handle, _, out, i in submitted:
+        ops.wait(handle)
+        right = right and bool(np.array_equal(out, np.full(64, sum(r + i for r in range(size)), np.float64)))
+    basics.shutdown()
+    return cycles, seconds, right
+
+
+def test_a_busy_host_gathers_asynchronous_work_into_fewer_cycles():
+    # With no core to spare and the default cycle time, the background thread looks for work that
+    # nobody waits on every 10 ms (engine.cc, kBusyHostPollPeriod) instead of every cycle time; a
+    # cycle time the user sets is kept.
+    cores = sorted(os.sched_getaffinity(0))[:1]
+    batched = run_ranks(2, _stream, cores, 300)
+    every_cycle = run_ranks(2, _stream, cores, 300, env={"HOROVOD_CYCLE_TIME": "1"})
+    for cycles, seconds, right in batched:
+        assert right
+        # One cycle per 10 ms, and some more: the first submission wakes the thread at once, and
+        # a rank that the other has overtaken cycles again at once for what the other lacks.
+        assert cycles <= seconds / 0.010 * 2 + 5, (cycles, seconds)
+    for cycles, seconds, right in every_cycle:
+        assert right
+    assert min(c for c, _, _ in every_cycle) > 2 * max(c for c, _, _ in batched), (batched, every_cycle)

@@ -28,6 +28,9 @@ constexpr std::chrono::microseconds kQuietPeriod{50};
 // thread looks at the queues once per cycle time instead of being woken by each submission (see
 // BackgroundLoop).
 constexpr std::chrono::milliseconds kActiveWindow{10};
+// Where a rank has no core to spare and the cycle time is the default, the background thread looks
+// for asynchronous work at most this often while it polls (see BackgroundLoop).
+constexpr std::chrono::milliseconds kBusyHostPollPeriod{10};
 
 // HOROVOD_THREAD_AFFINITY (spec core.md §7): this rank's core (entry [local_rank]), or -1 when
 // unset. Raises InvalidArgument for a core this process may not run on.
@@ -59,6 +62,8 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
     cpu_set_t cpus;
     const int available = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
     e.follow_caller_ = available > 0 && available <= config.local_size;
+    // A cycle time the user set, or autotune's, is kept as it is.
+    e.batch_when_busy_ = !config.cycle_time_fixed && !config.autotune;
     HVD_LOG(DEBUG) << "background thread: " << available << " core(s) for " << config.local_size
                    << " rank(s) on this host; " << (e.follow_caller_ ? "follows the submitting thread's core"
                                                                       : "placed by the scheduler");
@@ -374,9 +379,19 @@ void Engine::BackgroundLoop() {
       // shutdown or a stall, which takes a few milliseconds longer instead of costing a tenth of
       // a core per process while idle.
       // The periodic cycle is due this long after the last cycle of any thread (a caller's count too).
-      auto due = [&] {
-        return Clock::time_point(Clock::duration(last_cycle_start_.load())) + cycle * (1 << std::min(idle, 4));
+      auto due = [&](std::chrono::microseconds period) {
+        return Clock::time_point(Clock::duration(last_cycle_start_.load())) + period * (1 << std::min(idle, 4));
       };
+      // While the rank submits asynchronous work and has no core to spare (the thread follows its
+      // training thread's core), every cycle of this thread takes that core from the training,
+      // and its negotiation wakes the peers' threads on theirs: there it gathers the submissions
+      // of kBusyHostPollPeriod into one cycle (fewer, larger fused operations) unless the user
+      // chose the cycle time. A caller of this rank that waits is not delayed: it runs the cycle
+      // itself, or wakes this thread at once.
+      const auto poll_period =
+          batch_when_busy_ && follow_caller_.load(std::memory_order_relaxed)
+              ? std::max<std::chrono::microseconds>(cycle, kBusyHostPollPeriod)
+              : cycle;
       std::unique_lock<std::mutex> lock(wake_mu_);
       while (!again) {
         // With caller execution, a submission does not wake this thread while the rank is busy
@@ -394,10 +409,11 @@ void Engine::BackgroundLoop() {
         }
         const bool poll = CallerExecutionUsable() && now - last_submission < kActiveWindow;
         if (poll) polling_.store(true, std::memory_order_seq_cst);
-        const auto until = poll ? std::min<Clock::time_point>(due(), now + cycle) : due();
+        const auto period = poll ? poll_period : cycle;
+        const auto until = poll ? std::min<Clock::time_point>(due(period), now + period) : due(period);
         woken = wake_cv_.wait_until(lock, until, [this] { return wake_; });
         polling_.store(false, std::memory_order_seq_cst);
-        if (woken || Clock::now() >= due()) break;
+        if (woken || Clock::now() >= due(period)) break;
         lock.unlock();
         woken = callers_executing_.load(std::memory_order_seq_cst) == 0 && sets_->AnyWaiting() &&
                 !sets_->AnyCallerWaiting();
