@@ -173,6 +173,5 @@ def test_a_busy_host_gathers_asynchronous_work_into_fewer_cycles():
         # One cycle per 10 ms, and some more: the first submission wakes the thread at once, and
         # a rank that the other has overtaken cycles again at once for what the other lacks.
         assert cycles <= seconds / 0.010 * 2 + 5, (cycles, seconds)
-    for cycles, seconds, right in every_cycle:
-        assert right
+    assert all(right for _, _, right in every_cycle)
     assert min(c for c, _, _ in every_cycle) > 2 * max(c for c, _, _ in batched), (batched, every_cycle)
