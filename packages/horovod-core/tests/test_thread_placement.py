@@ -5,7 +5,9 @@
   at init that names the variable;
 - where a host's ranks are at least as many as the cores a rank may use, it moves before its cycles
   to the core of the last submission (HOROVOD_THREAD_FOLLOW_CALLER, on by default), and stays where
-  the scheduler puts it with the knob at 0.
+  the scheduler puts it with the knob at 0;
+- there, with the default cycle time, it looks for work that nobody waits on every 10 ms, so a
+  stream of asynchronous allreduces runs in fewer cycles than with HOROVOD_CYCLE_TIME=1.
 
 Each case checks the thread's CPU affinity (sched_getaffinity of its thread id) against
 engine_stats and the allreduce results against numpy.
