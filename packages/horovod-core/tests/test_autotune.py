@@ -169,7 +169,7 @@ def test_parameters_without_autotune_are_the_configured_ones():
 def test_unwritable_log_is_an_init_error(tmp_path):
     bad = str(tmp_path / "no-such-dir" / "autotune.csv")
     results = run_ranks(1, init_error, env={"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": bad,
-                                             "HOROVOD_LOG_LEVEL": "error"})
+                                            "HOROVOD_LOG_LEVEL": "error"})
     assert results[0] is not None
     assert not os.path.exists(bad)
 

@@ -58,16 +58,18 @@ std::unique_ptr<Engine> Engine::Start(const Config& config, std::unique_ptr<Stor
   std::unique_ptr<Engine> engine(new Engine(config));
   Engine& e = *engine;
   e.pinned_cpu_ = pinned_cpu;
-  if (pinned_cpu < 0 && config.thread_follow_caller) {
-    cpu_set_t cpus;
-    const int available = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
-    e.follow_caller_ = available > 0 && available <= config.local_size;
-    // A cycle time the user set, or autotune's, is kept as it is.
-    e.batch_when_busy_ = !config.cycle_time_fixed && !config.autotune;
-    HVD_LOG(DEBUG) << "background thread: " << available << " core(s) for " << config.local_size
-                   << " rank(s) on this host; " << (e.follow_caller_ ? "follows the submitting thread's core"
-                                                                      : "placed by the scheduler");
-  }
+  // No core to spare: this host's ranks are at least as many as the cores a rank may use.
+  cpu_set_t cpus;
+  const int available = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+  const bool no_spare_core = available > 0 && available <= config.local_size;
+  e.follow_caller_ = pinned_cpu < 0 && config.thread_follow_caller && no_spare_core;
+  // A cycle time the user set, or autotune's, is kept as it is.
+  if (no_spare_core && !config.cycle_time_fixed && !config.autotune) e.busy_poll_period_ = kBusyHostPollPeriod;
+  HVD_LOG(DEBUG) << "background thread: " << available << " core(s) for " << config.local_size
+                 << " rank(s) on this host; "
+                 << (pinned_cpu >= 0        ? "pinned"
+                     : e.follow_caller_     ? "follows the submitting thread's core"
+                                            : "placed by the scheduler");
   e.store_ = store ? std::move(store) : std::make_unique<MemoryStore>();
   e.stack_ = BuildCommunicatorStack(e.config_, e.store_.get(), key_prefix, mpi_comm, mpi_ranks);
   TunedParameters& initial = e.parameters_;
@@ -382,16 +384,12 @@ void Engine::BackgroundLoop() {
       auto due = [&](std::chrono::microseconds period) {
         return Clock::time_point(Clock::duration(last_cycle_start_.load())) + period * (1 << std::min(idle, 4));
       };
-      // While the rank submits asynchronous work and has no core to spare (the thread follows its
-      // training thread's core), every cycle of this thread takes that core from the training,
-      // and its negotiation wakes the peers' threads on theirs: there it gathers the submissions
-      // of kBusyHostPollPeriod into one cycle (fewer, larger fused operations) unless the user
-      // chose the cycle time. A caller of this rank that waits is not delayed: it runs the cycle
-      // itself, or wakes this thread at once.
-      const auto poll_period =
-          batch_when_busy_ && follow_caller_.load(std::memory_order_relaxed)
-              ? std::max<std::chrono::microseconds>(cycle, kBusyHostPollPeriod)
-              : cycle;
+      // While the rank submits asynchronous work and the host has no core to spare, every cycle
+      // of this thread takes a core from the training, and its negotiation wakes the peers'
+      // threads on theirs: there it gathers the submissions of busy_poll_period_ into one cycle
+      // (fewer, larger fused operations) unless the user chose the cycle time. A caller of this
+      // rank that waits is not delayed: it runs the cycle itself, or wakes this thread at once.
+      const auto poll_period = std::max<std::chrono::microseconds>(cycle, busy_poll_period_);
       std::unique_lock<std::mutex> lock(wake_mu_);
       while (!again) {
         // With caller execution, a submission does not wake this thread while the rank is busy

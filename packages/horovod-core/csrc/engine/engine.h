@@ -41,10 +41,11 @@
 //   share; left to the scheduler, a background thread woken by a peer's futex may be placed on
 //   the core of the rank that woke it, which then pays for both (it falls behind and the others
 //   wait for it). Where a rank has cores to spare, the scheduler places the thread (on an idle core).
-//   While it follows and the cycle time is the default (not set by the user, not autotuned), it
-//   looks for operations that no caller waits on every kBusyHostPollPeriod (10 ms) instead of
-//   every cycle time: fewer cycles, each taking the rank's core from its training and waking the
-//   peers, with larger fused operations. A waiting caller still runs its cycle at once (caller
+//   Where no core is spare (whether the thread follows, is pinned or is placed by the scheduler)
+//   and the cycle time is the default (not set by the user, not autotuned), it looks for
+//   operations that no caller waits on every kBusyHostPollPeriod (10 ms) instead of every cycle
+//   time: fewer cycles, each taking a core from the training and waking the peers, with larger
+//   fused operations. A waiting caller still runs its cycle at once (caller
 //   execution); a peer that submitted the operation without waiting on it joins within 10 ms.
 // - The cycle ends for good when any rank asked for shutdown (the flag travels with negotiation of
 //   the global set, so every rank stops in the same cycle), when the stall inspector gives up, or
@@ -55,6 +56,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstddef>
@@ -245,9 +247,10 @@ class Engine {
   // background thread moves there before its next cycle (FollowCaller).
   std::atomic<bool> follow_caller_{false};
   std::atomic<int> submit_cpu_{-1};
-  // While following, the background thread polls for asynchronous work every kBusyHostPollPeriod
-  // at least (the cycle time is the default: neither set by the user nor autotuned).
-  bool batch_when_busy_ = false;
+  // The least period at which the background thread polls for asynchronous work (Start):
+  // kBusyHostPollPeriod where the host has no core to spare and the cycle time is the default
+  // (neither set by the user nor autotuned), else 0 (the cycle time).
+  std::chrono::microseconds busy_poll_period_{0};
   int pinned_cpu_ = -1;  // HOROVOD_THREAD_AFFINITY's core for this rank (-1: none)
   std::atomic<int64_t> background_tid_{0};  // the background thread's id (gettid)
   std::atomic<int> background_cpu_{-1};  // the core it is bound to (-1: any); written by itself only
