@@ -334,3 +334,29 @@ def test_gloo_run_in_process_with_minimal_settings(capfd):
              [sys.executable, "-c", "import os; print(len(os.environ['_HOROVOD_SECRET_KEY']))"])
     out = capfd.readouterr().out
     assert "[0]<stdout>:64" in out and "[1]<stdout>:64" in out
+
+
+# horovod.runner.launch._run (compat_internals.md §2), as tooling calls it, with the parsed
+# arguments' ``nics`` replaced by argv[1]: "none" or "empty" (an empty list).
+RUN_WITH_NICS = textwrap.dedent("""
+    import sys
+    from horovod.runner import launch
+
+    args = launch.parse_args(["--gloo", "--disable-cache", "-np", "2", "-H", "localhost:2",
+                              sys.executable, sys.argv[2]])
+    args.nics = {"none": None, "empty": []}[sys.argv[1]]
+    launch._run(args)
+""")
+
+
+@pytest.mark.parametrize("nics", ["none", "empty"])
+def test_run_with_no_interface_restriction(tmp_path, nics):
+    # An empty collection of interfaces restricts nothing, as None does (upstream reads it so).
+    worker = _script(tmp_path, "w.py", ENV_WORKER)
+    run = subprocess.run([sys.executable, _script(tmp_path, "run.py", RUN_WITH_NICS), nics, worker],
+                         capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = _results(run.stdout, 2)
+    for rank, result in results.items():
+        assert result["env"]["HOROVOD_GLOO_IFACE"] == "lo"
+        assert result["peer"] == "greetings from %d" % ((rank + 1) % 2)

@@ -176,6 +176,28 @@ def _check_topology(bed, results, ssh_port=22, controller="gloo"):
             assert r["stats"]["hosts"] == 2, r["stats"]
 
 
+def _check_launch_from_host_1(bed, results, host_names, controller):
+    """Ranks 0 and 1 on host 1, where the launcher runs (started by it, not over ssh), and ranks
+    2 and 3 on host 2 (over ssh); ``host_names``: the two hosts as the job named them."""
+    assert sorted(results) == [0, 1, 2, 3], results
+    for rank, r in results.items():
+        host = 1 + rank // 2
+        assert r["size"] == 4 and r["allreduce_ok"], r
+        assert r["hostname"] == _name(bed, host), r
+        assert (r["local_rank"], r["local_size"]) == (rank % 2, 2), r
+        assert (r["cross_rank"], r["cross_size"]) == (rank // 2, 2), r
+        assert r["leaks"] == [], "the job secret is on the command line of %s" % r["leaks"]
+        assert r["controller"] == controller
+        if host == 1:
+            assert r["ssh_connection"] is None, r
+        else:
+            assert r["ssh_connection"].split()[2] == _addr(bed, 2), r
+        if controller == "gloo":
+            assert r["horovod_hostname"] == host_names[host - 1], r
+            assert r["iface"] == bed.interface, r
+            assert r["stats"]["hosts"] == 2, r["stats"]
+
+
 @pytest.fixture
 def topology_worker(tmp_path):
     path = tmp_path / "topology.py"
@@ -448,3 +470,78 @@ def test_failed_job_gathers_the_flight_recorder_and_names_the_divergence(bed, tm
     assert "Errors recorded: Deadlock" in err, err
     # The launcher's temporary directory is gone (the hosts share this file system).
     assert set(pathlib.Path("/tmp").glob("horovod-flight-recorder-*")) == temporary
+
+
+def _on_host_1(bed, argv, timeout=LAUNCH_TIMEOUT_S):
+    """``argv`` run inside host 1 (its network, hostname and /etc/hosts), as a user logged into
+    it would: the bed's ssh (and key agent) reach the other hosts from there."""
+    env = bed.env()
+    env.pop("SSH_CONNECTION", None)  # the workers' own tells how they were started
+    return bed.exec(1, argv, capture_output=True, text=True, timeout=timeout, env=env,
+                    stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("controller", ["gloo", "mpi"])
+@pytest.mark.parametrize("naming", ["localhost", "hostname", "hostfile-address"])
+def test_launch_from_one_of_the_hosts(bed, topology_worker, tmp_path, naming, controller):
+    # The usual way to start a job: log into the first server and name it as localhost, by its
+    # own hostname, or by its address in a hostfile, beside the other servers.
+    first = {"localhost": "localhost", "hostname": _name(bed, 1),
+             "hostfile-address": _addr(bed, 1)}[naming]
+    if naming == "hostfile-address":
+        hostfile = tmp_path / "hosts.txt"
+        hostfile.write_text("%s slots=2\n%s slots=2\n" % (first, _addr(bed, 2)))
+        where = ["--hostfile", str(hostfile)]
+    else:
+        where = ["-H", "%s:2,%s:2" % (first, _addr(bed, 2))]
+    run = _on_host_1(bed, [sys.executable, "-m", "horovod.runner.launch", "--" + controller,
+                           "--verbose", "--disable-cache", "-np", "4", *where, sys.executable,
+                           topology_worker])
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Remote host found: %s" % _addr(bed, 2) in run.stdout.splitlines(), run.stdout
+    assert "Common interface found: %s" % bed.interface in run.stdout.splitlines(), run.stdout
+    if controller == "mpi":
+        assert "-mca btl_tcp_if_include %s " % bed.interface in run.stdout, run.stdout
+        results = _results(re.sub(r"^\[1,(\d+)\]", r"[\1]", run.stdout, flags=re.M))
+    else:
+        results = _results(run.stdout)
+    _check_launch_from_host_1(bed, results, [first, _addr(bed, 2)], controller)
+
+
+# horovod.runner.launch._run (compat_internals.md §2) with 127.0.0.1's twin, host 1's own address,
+# treated as a remote host, as upstream's launcher tests patch it: the same machine is then reached
+# locally (localhost) and over ssh (its address). argv[1]: "none" or "empty" for args.nics.
+TWO_NAMES_RUN = textwrap.dedent("""
+    import sys
+    from unittest import mock
+    from horovod.runner import launch
+    from horovod.runner.util import network
+
+    address, nics, worker = sys.argv[1], sys.argv[2], sys.argv[3]
+    args = launch.parse_args(["--gloo", "--verbose", "--disable-cache", "-np", "4", "-H",
+                              "localhost:2,%s:2" % address, sys.executable, worker])
+    args.nics = {"none": None, "empty": []}[nics]
+    with mock.patch.object(network, "filter_local_addresses",
+                           lambda names: [n for n in names if n != "localhost"]):
+        launch._run(args)
+""")
+
+
+@pytest.mark.parametrize("nics", ["none", "empty"])
+def test_one_machine_under_two_names(bed, topology_worker, tmp_path, nics):
+    script = tmp_path / "two_names.py"
+    script.write_text(TWO_NAMES_RUN)
+    run = _on_host_1(bed, [sys.executable, str(script), _addr(bed, 1), nics, topology_worker])
+    assert run.returncode == 0, run.stdout + run.stderr
+    # Both interfaces connect the machine to itself; loopback is the last choice.
+    assert "Common interface found: %s lo" % bed.interface in run.stdout.splitlines(), run.stdout
+    results = _results(run.stdout)
+    assert sorted(results) == [0, 1, 2, 3], run.stdout
+    for rank, r in results.items():
+        assert r["hostname"] == _name(bed, 1) and r["allreduce_ok"], r
+        assert (r["local_rank"], r["cross_rank"], r["cross_size"]) == (rank % 2, rank // 2, 2), r
+        # Ranks 2 and 3 went through host 1's sshd, ranks 0 and 1 were started directly.
+        if rank < 2:
+            assert r["ssh_connection"] is None, r
+        else:
+            assert r["ssh_connection"].split()[2] == _addr(bed, 1), r

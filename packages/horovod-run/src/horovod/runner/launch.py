@@ -417,6 +417,8 @@ def _run(args):
     ``args.run_func`` is set. Raises ``RuntimeError`` when the job fails and ``ValueError``
     for an unusable setup.
     """
+    # An empty collection of interfaces restricts nothing, as None does.
+    args.nics = set(args.nics) if getattr(args, "nics", None) else None
     if not args.hosts and not args.host_discovery_script:
         if args.hostfile:
             args.hosts = hosts.parse_host_files(args.hostfile)

@@ -2,9 +2,10 @@
 
 The launcher starts a :class:`HorovodRunDriverService` and one task
 (:mod:`horovod.runner.task_fn`) per host, over ssh for remote hosts. Every task registers with
-the driver, then probes the next host's task on all of its interfaces; the interfaces that every
-host reached its successor on, and through which it reached the driver, are the job's common
-interfaces. Gloo, the rendezvous and mpirun's TCP transport use them.
+the driver, then probes the next host's task on all of its interfaces; the interfaces (by name) on
+which every host reached its successor are the job's common interfaces. Where the launcher is
+none of the hosts, each host must also have reached the driver on them. Gloo, the rendezvous and
+mpirun's TCP transport use them.
 """
 
 import os
@@ -101,8 +102,11 @@ def _launch_task_servers(all_host_names, local_host_names, driver_addresses, set
     return tasks
 
 
-def _run_probe(driver, settings, num_hosts, tasks=()):
-    """Drive the registration and the host-to-host checks; return the common interfaces."""
+def _run_probe(driver, settings, num_hosts, tasks=(), local_tasks=()):
+    """Drive the registration and the host-to-host checks; return the common interfaces.
+
+    ``local_tasks``: the indices of the hosts that are this host (the launcher's).
+    """
     def failed_task():
         return next((t for t in tasks if t.failed()), None)
 
@@ -136,13 +140,19 @@ def _run_probe(driver, settings, num_hosts, tasks=()):
     if settings.verbose >= 2:
         print("Host-to-host interface checking successful.", flush=True)
 
+    # The interfaces on which each host reached the next one (a ring over all hosts), by name.
     common = None
     for index in range(num_hosts):
-        # The interfaces on which the previous host reached this one, and on which this host
-        # reached the driver (the launcher must be reachable on the interface too).
         reached = set(driver.task_addresses_for_tasks(index))
-        reached &= set(driver.task_addresses_for_driver(index))
         common = reached if common is None else common & reached
+    if not local_tasks:
+        # The launcher is none of the hosts: the rendezvous on its address must also be
+        # reachable from every host, so keep the interfaces on which each reached the driver.
+        # When the launcher is one of the hosts, the ring already proved that the others reach
+        # it on these interfaces, and a task on this host reaches the driver over loopback, an
+        # interface the others cannot use: that path says nothing.
+        for index in range(num_hosts):
+            common &= set(driver.task_addresses_for_driver(index))
     if not common:
         raise Exception(
             "Unable to find a set of common task-to-task communication interfaces: %s"
@@ -161,7 +171,9 @@ def _driver_fn(all_host_names, local_host_names, settings):
                                      settings)
         if settings.verbose >= 2:
             print("Attempted to launch horovod task servers.", flush=True)
-        return _run_probe(driver, settings, len(all_host_names), tasks)
+        local_tasks = [index for index, host in enumerate(all_host_names)
+                       if host in local_host_names]
+        return _run_probe(driver, settings, len(all_host_names), tasks, local_tasks)
     finally:
         for task in tasks:
             task.stop()
@@ -200,9 +212,11 @@ def get_common_interfaces(settings, all_host_names, remote_host_names=None, fn_c
         fn_cache: a :class:`~horovod.runner.util.cache.Cache` for the probe's result, or None.
 
     With only local hosts, the loopback interfaces. Otherwise a probe runs a task on every host
-    (over ssh) and keeps the interfaces that connect each host to the next one and to this
-    host. ``settings.nics``, when given, restricts the probe: a host lacking one of them fails
-    with a message naming the host and the interface.
+    (locally on this host, over ssh on the others) and keeps the interface names on which each
+    host reached the next one; when this host is not one of the job's, also those on which
+    every host reached this one. ``settings.nics``, when given and not empty, restricts the
+    probe: a host lacking one of them fails with a message naming the host and the interface.
+    An empty collection means no restriction, as None does.
 
     Raises:
         ValueError: no usable local interface.

@@ -33,10 +33,11 @@ def filter_local_addresses(all_host_names: Iterable[str]) -> List[str]:
 
 
 def get_loopback_intfs(nics: Optional[Set[str]] = None) -> List[str]:
-    """Names (sorted) of the interfaces holding 127.0.0.1, restricted to ``nics`` if given."""
+    """Names (sorted) of the interfaces holding 127.0.0.1, restricted to ``nics`` unless it is
+    None or empty."""
     found = []
     for name, addrs in psutil.net_if_addrs().items():
-        if nics is not None and name not in nics:
+        if nics and name not in nics:
             continue
         if any(a.family == socket.AF_INET and a.address == LOOPBACK_ADDRESS for a in addrs):
             found.append(name)
@@ -45,10 +46,10 @@ def get_loopback_intfs(nics: Optional[Set[str]] = None) -> List[str]:
 
 def get_local_intfs(nic: Optional[Set[str]] = None) -> List[str]:
     """Names (sorted) of this host's interfaces with an IPv4 address, restricted to ``nic`` (a
-    set of names) if given."""
+    set of names) unless it is None or empty."""
     found = []
     for name, addrs in psutil.net_if_addrs().items():
-        if nic is not None and name not in nic:
+        if nic and name not in nic:
             continue
         if any(a.family == socket.AF_INET for a in addrs):
             found.append(name)

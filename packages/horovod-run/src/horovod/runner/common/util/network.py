@@ -102,10 +102,11 @@ def _read_exactly(rfile, size):
 
 
 def local_ipv4_addresses(nics=None):
-    """``{interface: [ipv4, ...]}`` of this host, restricted to ``nics`` (a set) if given."""
+    """``{interface: [ipv4, ...]}`` of this host, restricted to ``nics`` (a set) unless it is None
+    or empty."""
     found = {}
     for name, addrs in psutil.net_if_addrs().items():
-        if nics is not None and name not in nics:
+        if nics and name not in nics:
             continue
         ips = [a.address for a in addrs if a.family == socket.AF_INET]
         if ips:
