@@ -206,7 +206,8 @@ def test_reset_limit_exceeded(bed, discovery):
     set_hosts(["%s:1" % _addr(bed, 1)])
     code, output = job.finish()
     assert code != 0
-    assert "number of elastic resets exceeded the --reset-limit of 1" in output, output
+    assert ("Job has been shutdown, as the number of elastic resets exceeded the --reset-limit "
+            "of 1. The job was reset 1 time; another reset was needed") in output, output
 
 
 def test_min_np_never_reached(bed, discovery):
@@ -218,7 +219,9 @@ def test_min_np_never_reached(bed, discovery):
               bed.env())
     code, output = job.finish()
     assert code != 0
-    assert "Timed out waiting for the minimum number of slots (4, available: 2)" in output, output
+    assert ("Timed out waiting for minimum number of slots to become available. Please check "
+            "that you have enough resources to run at least 4 Horovod processes. After 5 s: 2 "
+            "slot(s) available on 1 host(s)") in output, output
     assert time.monotonic() - started < 30
 
 
@@ -258,7 +261,10 @@ def test_all_workers_failing_at_once(bed):
                             "5"), dict(bed.env(), EXIT_ALL_AT="4"))
     code, output = job.finish()
     assert code != 0
-    assert "every worker failed" in output, output
+    assert ("Horovod detected that one or more processes exited with non-zero status, thus "
+            "causing the job to be terminated.") in output, output
+    assert ("Reason: every worker failed (%s[0], %s[0])" % (_addr(bed, 1), _addr(bed, 2))
+            in output), output
 
 
 FUNCTION_JOB = """

@@ -366,11 +366,12 @@ def launch_elastic(settings, make_worker_fn, min_hosts=1, should_stop=None):
     Raises:
         RuntimeError: the job failed: the driver's reason (reset limit, every worker or host
             failed, the discovery failed at start, ``should_stop``'s message) or the first worker
-            that exited non-zero (``JOB_FAILED_MESSAGE``, the process named
-            ``<host>[<local_rank>]``).
+            that exited non-zero (``constants.WORKER_FAILED_MESSAGE``, upstream's, the process
+            named ``<host>[<local_rank>]``).
         TimeoutException: fewer than ``settings.min_num_proc`` slots (``settings.num_proc`` to
             start) for ``settings.elastic_timeout`` seconds.
     """
+    from horovod.runner.elastic import constants
     from horovod.runner.elastic.driver import ElasticDriver
     from horovod.runner.elastic.rendezvous import create_rendezvous_handler
 
@@ -402,9 +403,8 @@ def launch_elastic(settings, make_worker_fn, min_hosts=1, should_stop=None):
                     for name, (code, timestamp) in results.worker_results.items() if code != 0)
     if failed:
         _, name, code = failed[0]
-        host = name.rpartition("[")[0]
-        raise RuntimeError(JOB_FAILED_MESSAGE.format(rank=name, code=describe_exit_code(code),
-                                                     host=host))
+        raise RuntimeError(constants.WORKER_FAILED_MESSAGE.format(
+            name=name, code=describe_exit_code(code)) + "Host: %s\n" % name.rpartition("[")[0])
 
 
 def gloo_run_elastic(settings, env, command):

@@ -9,6 +9,7 @@ import time
 
 from horovod.runner.common.util import hosts as hosts_util
 from horovod.runner.common.util import timeout as timeout_util
+from horovod.runner.elastic import constants
 from horovod.runner.elastic.discovery import HostManager
 from horovod.runner.elastic.registration import WorkerStateRegistry
 from horovod.runner.elastic.worker import HostUpdateResult, WorkerNotificationClient
@@ -54,6 +55,10 @@ class ResultsRecorder:
     def add_result(self, key, value):
         with self._lock:
             self._worker_results[key] = value
+
+    def get_result(self, key):
+        with self._lock:
+            return self._worker_results.get(key)
 
     def finish(self):
         self._done.set()
@@ -256,27 +261,28 @@ class ElasticDriver:
         ``RuntimeError`` when the driver stopped meanwhile.
         """
         self._first_discovery.wait(self._timeout)
-        extra = ""
-        if min_hosts > 1:
-            extra = (" and %d hosts (detecting the network interfaces needs 2 hosts unless "
-                     "--network-interface is given)" % min_hosts)
-        tmout = timeout_util.Timeout(
-            self._timeout,
-            message="Timed out waiting for {activity}. The job needs at least %d slots%s; "
-                    "check the hosts the discovery reports, or raise --elastic-timeout "
-                    "(seconds)." % (min_num_proc, extra))
+        deadline = time.monotonic() + self._timeout
         with self._wait_hosts_cond:
             while True:
                 current = self._host_manager.current_hosts
                 available = current.count_available_slots()
-                if available >= min_num_proc and len(current.available_hosts) >= min_hosts:
+                hosts = len(current.available_hosts)
+                if available >= min_num_proc and hosts >= min_hosts:
                     return current
                 if self._shutdown.is_set():
-                    raise RuntimeError("Job has been shutdown, see above error messages for "
-                                       "details.")
-                tmout.check_time_out_for("the minimum number of slots (%d, available: %d) to "
-                                         "become available" % (min_num_proc, available))
-                self._wait_hosts_cond.wait(min(1.0, max(tmout.remaining(), 0.05)))
+                    raise RuntimeError(constants.SHUTDOWN_MESSAGE)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    needs = "%d slots" % min_num_proc
+                    if min_hosts > 1:
+                        needs += (" on %d hosts (detecting the network interfaces needs 2 hosts "
+                                  "unless --network-interface is given)" % min_hosts)
+                    raise timeout_util.TimeoutException(
+                        constants.MIN_SLOTS_TIMEOUT_MESSAGE.format(min_num_proc)
+                        + " After %d s: %d slot(s) available on %d host(s), the job needs %s. "
+                          "Check the hosts the discovery reports, or raise --elastic-timeout "
+                          "(seconds)." % (self._timeout, available, hosts, needs))
+                self._wait_hosts_cond.wait(min(1.0, max(left, 0.05)))
 
     def _plan(self, current_hosts):
         host_list = [hosts_util.HostInfo(host, current_hosts.get_slots(host))
@@ -291,8 +297,9 @@ class ElasticDriver:
             previous_hosts = set(self._host_assignments)
             new_hosts = {slot.hostname for slot in slots}
             if previous_hosts and not previous_hosts & new_hosts:
-                raise RuntimeError("No hosts from previous set remained, unable to broadcast "
-                                   "state.")
+                raise RuntimeError("%s The hosts were %s, the next ones would be %s." % (
+                    constants.NO_PREVIOUS_HOSTS_MESSAGE, ", ".join(sorted(previous_hosts)),
+                    ", ".join(sorted(new_hosts))))
             assignments = collections.defaultdict(list)
             for slot in slots:
                 assignments[slot.hostname].append(slot)
@@ -412,6 +419,11 @@ class ElasticDriver:
         if generation is None or not self.has_rank_assignment(host, slot):
             return None
         return generation
+
+    def worker_result(self, host, slot):
+        """``(exit_code, timestamp)`` of the exit of ``host``'s worker ``slot`` in the current
+        round, or None."""
+        return self._results.get_result("%s[%d]" % (host, slot))
 
     def assigned_slots(self):
         with self._assignment_lock:

@@ -7,8 +7,9 @@ resetting) records ``READY`` and waits; a worker process that exits records ``SU
 ``FAILURE``. Once every slot of the generation has recorded a state, the round is decided:
 
 * any ``SUCCESS``: the job is done; every ``FAILURE``: the job fails;
-* otherwise the failed workers' hosts are blacklisted; if every host of the round is blacklisted,
-  or the resets reached ``reset_limit``, the job fails; else the driver computes the next
+* otherwise the failed workers' hosts are blacklisted; if the resets reached ``reset_limit``, or
+  every host of the round is blacklisted, the job fails (the reset limit is the reason given when
+  both hold, as upstream's); else the driver computes the next
   generation's assignment (:meth:`ElasticDriver.resume`), starts the workers it lacks, and the
   waiting workers are answered with their new slots.
 """
@@ -137,14 +138,14 @@ class WorkerStateRegistry:
         try:
             self._decide_round()
         except Exception as e:
-            self._driver.stop("elastic job stopped: %s" % e)
+            self._driver.stop("%s (the elastic job stopped: the slots could not be assigned "
+                              "again)" % e)
         finally:
             with self._cond:
                 self._deciding = False
                 self._cond.notify_all()
 
     def _decide_round(self):
-        from horovod.runner.elastic import constants
         with self._cond:
             states = dict(self._states)
         assigned = self._driver.assigned_slots()
@@ -155,22 +156,68 @@ class WorkerStateRegistry:
             return
         failures = sorted(slot for slot, state in states.items() if state == FAILURE)
         if failures and len(failures) == len(states):
-            self._driver.stop("every worker failed (%s); the job cannot continue"
-                              % ", ".join("%s[%d]" % slot for slot in failures))
+            self._driver.stop(self._failed_message(
+                failures, "every worker failed (%s); the job cannot continue."
+                % ", ".join("%s[%d]" % slot for slot in failures)))
             return
         for host in sorted({host for host, _ in failures}):
             self._say("blacklisting host %s after a worker failed there" % host)
             self._host_manager.blacklist(host)
-        if all(self._host_manager.is_blacklisted(host) for host, _ in states):
-            self._driver.stop("every host of the job is blacklisted (%s); the job cannot continue"
-                              % ", ".join(sorted({host for host, _ in states})))
-            return
+        hosts = sorted({host for host, _ in states})
+        all_blacklisted = all(self._host_manager.is_blacklisted(host) for host in hosts)
+        # The reset limit comes first: it would end the job even with a host left (upstream
+        # gives it as the reason whenever it is reached).
         if self._reset_limit is not None and self._reset_count >= self._reset_limit:
-            self._driver.stop(constants.RESET_LIMIT_EXCEEDED_MESSAGE.format(self._reset_limit))
+            self._driver.stop(self._reset_limit_message(failures, hosts, all_blacklisted))
+            return
+        if all_blacklisted:
+            self._driver.stop(self._failed_message(
+                failures, "every host of the job is blacklisted (%s); the job cannot continue."
+                % ", ".join(hosts)))
             return
         self._reset_count += 1
         self._say("reset %d: assigning the slots again" % self._reset_count)
         self._driver.resume()
+
+    def _exits(self, failures):
+        """``[(timestamp, "<host>[<slot>]", rank, exit code)]`` of the failed workers in the order
+        they exited (those without a recorded exit last)."""
+        from horovod.runner.gloo_run import describe_exit_code
+        exits = []
+        for host, slot in failures:
+            code, timestamp = self._driver.worker_result(host, slot) or (1, float("inf"))
+            rank = self._driver.get_slot_info(host, slot).rank
+            exits.append((timestamp, "%s[%d]" % (host, slot), rank, describe_exit_code(code)))
+        return sorted(exits)
+
+    def _failed_message(self, failures, reason):
+        """Upstream's message naming the first worker to exit non-zero, then ours: its host and
+        rank, every failed worker's exit status and ``reason`` (why the job cannot go on)."""
+        from horovod.runner.elastic import constants
+        exits = self._exits(failures)
+        _, name, rank, code = exits[0]
+        return (constants.WORKER_FAILED_MESSAGE.format(name=name, code=code)
+                + "Host: %s\nRank: %d\n" % (name.rpartition("[")[0], rank)
+                + "Exit codes: %s\n" % ", ".join("%s (rank %d): %s" % (n, r, c)
+                                                 for _, n, r, c in exits)
+                + "Reason: " + reason)
+
+    def _reset_limit_message(self, failures, hosts, all_blacklisted):
+        """Upstream's reset-limit sentence, then why another reset was needed."""
+        from horovod.runner.elastic import constants
+        message = constants.RESET_LIMIT_EXCEEDED_MESSAGE.format(self._reset_limit)
+        message += " The job was reset %d time%s; " % (
+            self._reset_count, "" if self._reset_count == 1 else "s")
+        if failures:
+            message += "another reset was needed after %s." % ", ".join(
+                "%s (rank %d) exited with status %s" % (name, rank, code)
+                for _, name, rank, code in self._exits(failures))
+            if all_blacklisted:
+                message += " Every host of the job is blacklisted (%s)." % ", ".join(hosts)
+        else:
+            message += ("another reset was needed: every worker asked for a new rank (the hosts "
+                        "changed, or a collective failed).")
+        return message
 
     def _say(self, message):
         if self._verbose:
