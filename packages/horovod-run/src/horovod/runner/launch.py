@@ -5,7 +5,7 @@ import hashlib
 import importlib.metadata
 import logging
 import os
-import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -15,13 +15,15 @@ import yaml
 
 from horovod.runner import flight_recorder
 from horovod.runner import gloo_run as gloo_launcher
+from horovod.runner import js_run as js_launcher
 from horovod.runner import mpi_run as mpi_launcher
 from horovod.runner.common.util import config_parser, hosts, secret, timeout
 from horovod.runner.common.util import settings as hvd_settings
 from horovod.runner.http.http_client import put_data_into_kvstore, read_data_from_kvstore
 from horovod.runner.driver import driver_service
 from horovod.runner.http.http_server import KVStoreServer
-from horovod.runner.util import cache, network, remote, threads
+from horovod.runner.js_run import is_jsrun_installed
+from horovod.runner.util import cache, lsf, network, remote, threads
 from horovod.runner.common.util import env_names
 
 DEFAULT_START_TIMEOUT_S = 30
@@ -65,15 +67,6 @@ def mpi_built(verbose=False):
         return bool(util.mpi_built(verbose=verbose))
     except ImportError:
         return False
-
-
-def _using_lsf():
-    return "LSB_JOBID" in os.environ
-
-
-def is_jsrun_installed():
-    """True if a ``jsrun`` executable is on PATH."""
-    return shutil.which("jsrun") is not None
 
 
 class _VersionAction(argparse.Action):
@@ -320,9 +313,9 @@ def parse_args(argv=None):
 
     if args.check_build:
         check_build(args.verbose)
-    if args.num_proc is None:
+    if args.num_proc is None and not lsf.LSFUtils.using_lsf():
         parser.error("argument -np/--num-proc is required")
-    if args.num_proc < 1:
+    if args.num_proc is not None and args.num_proc < 1:
         parser.error("argument -np/--num-proc must be at least 1, got %d" % args.num_proc)
     if not args.command:
         parser.error("no command to run was given")
@@ -419,11 +412,16 @@ def _run(args):
     """
     # An empty collection of interfaces restricts nothing, as None does.
     args.nics = set(args.nics) if getattr(args, "nics", None) else None
+    in_lsf_job = lsf.LSFUtils.using_lsf()
     if not args.hosts and not args.host_discovery_script:
         if args.hostfile:
             args.hosts = hosts.parse_host_files(args.hostfile)
+        elif in_lsf_job:
+            args.hosts = lsf.LSFUtils.get_hosts_argument()
         else:
             args.hosts = "localhost:%d" % args.num_proc
+    if args.num_proc is None and in_lsf_job and args.hosts:
+        args.num_proc = sum(hosts.parse_hosts_and_slots(args.hosts)[1].values())
     if _is_elastic(args):
         return _run_elastic(args)
     return _run_static(args)
@@ -532,7 +530,11 @@ def _run_static(args):
                                           sorted(settings.nics or [])))
         fn_cache = cache.Cache(CACHE_FOLDER, CACHE_STALENESS_THRESHOLD_MINUTES,
                                hashlib.md5(params.encode(), usedforsecurity=False).hexdigest())
-    if remote_host_names:
+    # jsrun starts the ranks without ssh; MPI launchers inside an LSF job choose their network
+    # themselves, so the interface probe is skipped there, as upstream does.
+    mpi_in_lsf_job = lsf.LSFUtils.using_lsf() and not is_gloo_used(args.use_gloo, args.use_mpi,
+                                                                   args.use_jsrun)
+    if remote_host_names and not _started_by_jsrun(args):
         if settings.verbose >= 2:
             print("Checking ssh on all remote hosts.", flush=True)
         if not _check_all_hosts_ssh_successful(remote_host_names, args.ssh_port,
@@ -546,6 +548,21 @@ def _run_static(args):
         if settings.verbose >= 2:
             print("SSH was successful into all the remote hosts.", flush=True)
 
+    if mpi_in_lsf_job:
+        nics = args.nics
+        # Only function mode needs this host's address: its workers fetch the function from it.
+        driver_ip = (_address_towards(nics, remote_host_names) if args.run_func is not None
+                     else None)
+    else:
+        nics, driver_ip = _common_interfaces_and_driver_ip(settings, all_host_names,
+                                                           remote_host_names, fn_cache)
+    if args.run_func is None:
+        _launch_job(args, settings, nics, driver_ip, args.command)
+        return None
+    return _run_function(args, settings, nics, driver_ip)
+
+
+def _common_interfaces_and_driver_ip(settings, all_host_names, remote_host_names, fn_cache):
     nics = driver_service.get_common_interfaces(settings, all_host_names, remote_host_names,
                                                 fn_cache)
     try:
@@ -557,10 +574,7 @@ def _run_static(args):
         nics = driver_service.get_common_interfaces(settings, all_host_names,
                                                     remote_host_names, None)
         driver_ip = network.get_driver_ip(nics)
-    if args.run_func is None:
-        _launch_job(args, settings, nics, driver_ip, args.command)
-        return None
-    return _run_function(args, settings, nics, driver_ip)
+    return nics, driver_ip
 
 
 def _run_function(args, settings, nics, driver_ip):
@@ -589,7 +603,9 @@ def _launch_job(args, settings, nics, driver_ip, command):
                        args.use_mpi,
                        lambda: mpi_launcher.mpi_run(settings, nics, _mpi_worker_env(env, settings),
                                                     command),
-                       args.use_jsrun, _js_run_unavailable,
+                       args.use_jsrun,
+                       lambda: js_launcher.js_run(settings, nics, _mpi_worker_env(env, settings),
+                                                  command),
                        settings.verbose)
 
 
@@ -617,9 +633,31 @@ def _mpi_worker_env(env, settings):
     return env
 
 
-def _js_run_unavailable():
-    raise ValueError("launching with jsrun (--jsrun) is not implemented in this release of "
-                     "horovodrun; use --gloo")
+def _started_by_jsrun(args):
+    """True when :func:`run_controller` will hand the job to jsrun (the same rule)."""
+    if args.use_jsrun:
+        return True
+    if args.use_gloo or args.use_mpi:
+        return False
+    return mpi_built() and lsf.LSFUtils.using_lsf() and is_jsrun_installed()
+
+
+def _address_towards(nics, remote_host_names):
+    """This host's IPv4 address for the workers to reach (function mode without the probe): the
+    first address on ``nics`` when given, else the source address of the route to the first
+    remote host, else loopback when every host is this one."""
+    if nics:
+        return network.get_driver_ip(sorted(nics))
+    if not remote_host_names:
+        return network.LOOPBACK_ADDRESS
+    target = network.resolve_host_address(remote_host_names[0])
+    if target is None:
+        raise RuntimeError("cannot resolve host %s; give this host's interface with "
+                           "--network-interfaces" % remote_host_names[0])
+    # A UDP socket sends nothing on connect(); the kernel only picks the route and source.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((target, 9))
+        return s.getsockname()[0]
 
 
 GLOO_NOT_BUILT = ("Gloo support has not been built.  If this is not expected, ensure CMake is "
@@ -658,11 +696,11 @@ def run_controller(use_gloo, gloo_run, use_mpi, mpi_run, use_jsrun, js_run, verb
     elif use_jsrun:
         if not mpi_built(verbose=verbose):
             raise ValueError(MPI_NOT_BUILT)
-        if not _using_lsf():
+        if not lsf.LSFUtils.using_lsf():
             raise ValueError(NO_LSF_JOB)
         js_run()
     elif mpi_built(verbose=verbose):
-        if _using_lsf() and is_jsrun_installed():
+        if lsf.LSFUtils.using_lsf() and is_jsrun_installed():
             js_run()
         else:
             mpi_run()
