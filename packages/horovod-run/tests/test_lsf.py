@@ -281,6 +281,17 @@ def test_run_takes_hosts_and_np_from_the_allocation(monkeypatch, jsrun):
     probe.assert_not_called()
 
 
+def test_function_mode_address_without_the_probe():
+    """The KV store's address for function mode: on the given interface, else on the route to
+    the first remote host (127.0.0.2 is routed through loopback)."""
+    assert launch._address_towards(None, []) == "127.0.0.1"
+    assert launch._address_towards(None, ["127.0.0.2"]) == "127.0.0.1"
+    loopback = launch.network.get_loopback_intfs()[0]
+    assert launch._address_towards({loopback}, ["10.255.255.1"]) == "127.0.0.1"
+    with pytest.raises(RuntimeError, match="cannot resolve host no-such-host.invalid"):
+        launch._address_towards(None, ["no-such-host.invalid"])
+
+
 # The jsrun stand-in and jobs across the test bed's hosts.
 
 # Reports its host, rank and CPU binding, and checks an allreduce across the hosts against numpy.
