@@ -429,3 +429,25 @@ def test_standin_refuses_what_jsrun_refuses(tmp_path, erf, env, status, message)
     run = subprocess.run([str(STANDIN_DIR / "jsrun"), "--erf_input", str(path), "true"],
                          env=run_env, capture_output=True, text=True, timeout=30)
     assert run.returncode == status and message in run.stderr, run.stderr
+
+
+def test_function_mode_through_jsrun(bed, tmp_path, monkeypatch):
+    """``_run`` with a function inside an LSF job: jsrun runs the ranks on the allocation's host,
+    they fetch the function from this host's KV store (its address found by the route to that
+    host) and return results by rank; the ERF is removed afterwards."""
+    env = _lsf_env(bed, tmp_path, "%s 1 %s 2" % (socket.gethostname(), bed.host(3)[1]))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr("tempfile.tempdir", env["TMPDIR"])
+
+    def where():
+        import os
+        import socket
+        return socket.gethostname(), int(os.environ["OMPI_COMM_WORLD_RANK"])
+
+    args = _HorovodArgs()
+    args.num_proc = None
+    args.run_func = where
+    args.disable_cache = True
+    assert launch._run(args) == [(bed.host(3)[0], 0), (bed.host(3)[0], 1)]
+    assert not list((tmp_path / "tmp").iterdir())
