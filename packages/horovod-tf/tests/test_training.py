@@ -36,9 +36,25 @@ def test_errors(result):
             assert v['is_internal_error'] is True
             assert v['eager_mismatch'] == 'FailedPreconditionError'
             assert v['root_mismatch'] == 'FailedPreconditionError'
-            assert v['graph_mismatch'] in ('UnknownError', 'FailedPreconditionError'), v
+            assert v['graph_mismatch'] == 'FailedPreconditionError', v
 
 
 def test_elastic_state_and_run(result):
     n, values = result('elastic')
     assert values == [([(0, 0.0), (1, 1.0)], 4, 0)] * n
+
+
+def test_error_types_in_every_mode(result):
+    n, values = result('error_types')
+    if n == 1:
+        assert values == [None]
+        return
+    for rank, seen in enumerate(values):
+        # 15 mismatches, 5 refused arguments (+1 on the ranks outside the set [0]).
+        assert len(seen) == 20 + (rank != 0), seen
+        for case, modes in seen.items():
+            assert set(modes) == {'eager', 'function', 'session'}, (case, modes)
+            expected = 'InvalidArgumentError' if case in (
+                'broadcast_root_outside', 'alltoall_splits_sum', 'alltoall_splits_negative',
+                'alltoall_splits_tensor', 'unknown_process_set', 'outside_process_set') else 'FailedPreconditionError'
+            assert set(modes.values()) == {expected}, (case, modes)

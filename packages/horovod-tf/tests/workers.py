@@ -444,9 +444,9 @@ def errors():
         except HorovodInternalError:
             seen['is_internal_error'] = True
         seen['eager_mismatch'] = error
-        # ... and in a graph, where TF reports the failed Python op as UnknownError.
+        # ... and in a graph, with the same error type.
         dtype = tf.float32 if rank == 0 else tf.float64
-        seen['graph_mismatch'] = _expect(tf.errors.OpError,
+        seen['graph_mismatch'] = _expect(tf.errors.FailedPreconditionError,
                                          lambda: tf.function(lambda: hvd.allreduce(tf.ones(2, dtype)))(),
                                          'graph dtype mismatch', 'HorovodAllreduce')
         seen['root_mismatch'] = _expect(tf.errors.FailedPreconditionError,
@@ -454,6 +454,100 @@ def errors():
     ok = hvd.allreduce(tf.constant([float(rank)]), op=hvd.Sum, name='after_errors').numpy()
     close(ok, [n * (n - 1) / 2], 'allreduce after the errors')
     seen['after'] = True
+    return seen
+
+
+def _in_every_mode(build, session_init=False):
+    """Runs ``build()`` (which makes Horovod ops) eagerly, inside a tf.function and in a TF1
+    graph evaluated by ``Session.run``; returns {mode: the exception it raised, or None}."""
+    def function():
+        return tf.function(build, autograph=False)()
+
+    def session():
+        with tf.Graph().as_default():
+            fetches = build()
+            with tf.compat.v1.Session() as sess:
+                if session_init:
+                    sess.run(tf.compat.v1.global_variables_initializer())
+                return sess.run(fetches)
+
+    raised = {}
+    for mode, run in (('eager', build), ('function', function), ('session', session)):
+        try:
+            run()
+            raised[mode] = None
+        except Exception as e:  # noqa: BLE001 - the caller checks the type
+            raised[mode] = e
+    return raised
+
+
+def error_types():
+    """Every collective's cross-rank mismatch raises tf.errors.FailedPreconditionError, and every
+    argument the engine refuses tf.errors.InvalidArgumentError, eagerly, in tf.function and in a
+    TF1 Session.run alike (a graph's Python calls used to turn both into UnknownError). Returns
+    {case: {mode: error class name}} (np >= 2)."""
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    if n < 2:
+        return None
+    variables = {}
+
+    def variable():
+        # One variable for eager mode and tf.function (which may trace twice), one per TF1 graph.
+        key = tf.compat.v1.executing_eagerly_outside_functions() or tf.compat.v1.get_default_graph()
+        if key not in variables:
+            with tf.init_scope():
+                variables[key] = tf.Variable(tf.ones([rank + 1]))
+        return variables[key]
+
+    # Rank-dependent arguments: every rank submits the op, the ranks disagree.
+    mismatches = {
+        'allreduce_shape': lambda: hvd.allreduce(tf.ones([rank + 1])),
+        'allreduce_dtype': lambda: hvd.allreduce(tf.ones([2], tf.float32 if rank == 0 else tf.float64)),
+        'allreduce_op': lambda: hvd.allreduce(tf.ones([2]), op=hvd.Sum if rank == 0 else hvd.Max),
+        'raw_allreduce_scale': lambda: hvd._allreduce(tf.ones([2]), prescale_factor=float(rank + 1)),
+        'grouped_allreduce': lambda: hvd.grouped_allreduce([tf.ones([2]), tf.ones([rank + 1])]),
+        'allgather': lambda: hvd.allgather(tf.ones([2, rank + 1])),
+        'allgather_dtype': lambda: hvd.allgather(tf.ones([2], tf.int32 if rank == 0 else tf.int64)),
+        'grouped_allgather': lambda: hvd.grouped_allgather([tf.ones([1, 2]), tf.ones([2, rank + 1])]),
+        'broadcast_shape': lambda: hvd.broadcast(tf.ones([rank + 1]), 0),
+        'broadcast_root': lambda: hvd.broadcast(tf.ones([2]), rank),
+        'broadcast_inplace': lambda: hvd.broadcast_(variable(), 0),
+        'alltoall': lambda: hvd.alltoall(tf.ones([n, rank + 1])),
+        'alltoall_splits': lambda: hvd.alltoall(tf.ones([n, 2], tf.float32 if rank == 0 else tf.float64),
+                                                splits=[1] * n),
+        'reducescatter': lambda: hvd.reducescatter(tf.ones([n * (rank + 1)])),
+        'grouped_reducescatter': lambda: hvd.grouped_reducescatter([tf.ones([n]), tf.ones([n * (rank + 1)])]),
+    }
+    unknown = hvd.ProcessSet([0])
+    unknown.process_set_id = 999
+    # Refused on every rank (or, for 'outside', on every rank that calls it), so nothing waits.
+    bad_arguments = {
+        'broadcast_root_outside': lambda: hvd.broadcast(tf.ones([2]), n),
+        'alltoall_splits_sum': lambda: hvd.alltoall(tf.ones([2]), splits=[2] * n),
+        'alltoall_splits_negative': lambda: hvd.alltoall(tf.ones([2]), splits=[3] + [-1] * (n - 1)),
+        'alltoall_splits_tensor': lambda: hvd.alltoall(tf.ones([2]), splits=tf.constant([2] * n)),
+        'unknown_process_set': lambda: hvd.allreduce(tf.ones([2]), process_set=unknown),
+    }
+    first = hvd.add_process_set([0])
+    if rank != 0:
+        bad_arguments['outside_process_set'] = lambda: hvd.allgather(tf.ones([1]), process_set=first)
+    seen = {}
+    for cases, expected in ((mismatches, tf.errors.FailedPreconditionError),
+                            (bad_arguments, tf.errors.InvalidArgumentError)):
+        for case, build in cases.items():
+            raised = _in_every_mode(build, session_init=case == 'broadcast_inplace')
+            for mode, error in raised.items():
+                if not isinstance(error, expected):
+                    raise AssertionError(f'{case} ({mode}): expected {expected.__name__}, got {error!r}')
+                if expected is tf.errors.FailedPreconditionError and 'Horovod' not in str(error):
+                    raise AssertionError(f'{case} ({mode}): the message does not name the op: {error}')
+            seen[case] = {mode: type(error).__name__ for mode, error in raised.items()}
+    hvd.remove_process_set(first)
+    # Still usable, in a graph too.
+    summed = _in_every_mode(lambda: hvd.allreduce(tf.constant([float(rank)]), op=hvd.Sum, name='after'))
+    if any(summed.values()):
+        raise AssertionError(f'allreduce after the errors: {summed}')
     return seen
 
 
@@ -557,6 +651,7 @@ WORKERS = {
     'objects_and_variables': objects_and_variables,
     'sync_batch_norm': sync_batch_norm,
     'errors': errors,
+    'error_types': error_types,
     'alignment': alignment,
     'process_sets': process_sets,
     'join': join,

@@ -6,9 +6,11 @@ once; ``finish`` waits for that handle and returns the results as numpy arrays. 
 run back to back on the caller's thread. Inside a graph (``tf.function`` or a TF1 session) the
 start node is one ``tf.numpy_function`` that takes the group's tensors and yields the handle (an
 int64 scalar); the wait node (``blocking_node``) takes the handle and yields the group's
-outputs. Because the two are separate nodes, several groups can be started before the first is
-waited on, so the engine fuses and overlaps them; and the number of Python ops per group does not
-grow with the number of tensors.
+outputs. Neither raises inside the graph: each hands its error on as a status, and one check
+node after the wait raises it with its TensorFlow error type (``_status_op``). Because the two
+are separate nodes, several groups can be started before the first is waited on, so the engine
+fuses and overlaps them; and the number of Python ops per group does not grow with the number of
+tensors.
 
 No wait may keep this rank's other collectives from being submitted. TensorFlow runs a graph's
 ready nodes on a fixed pool of inter-op threads
@@ -52,6 +54,7 @@ import numpy as np
 
 from horovod.common import ops as _ops
 from horovod.common.exceptions import HorovodInternalError
+from horovod.tensorflow import _status_op
 
 ALIGNMENT = 64
 
@@ -245,6 +248,28 @@ def join():
 
 
 
+def start_node(submit, inputs, name):
+    """The graph node that submits a group: calls ``submit(*arrays)`` (numpy in, the handle out)
+    and never raises. Returns the list ``[handle, code, message]`` (int64, int32, uint8 bytes):
+    what ``submit`` raised travels as a status (``_status_op``) to the wait, which raises it
+    through its check node; one check per collective, not two."""
+    import tensorflow as tf
+
+    return list(tf.numpy_function(_status_op.guard(submit, [tf.int64]), list(inputs),
+                                  [tf.int64, tf.int32, tf.uint8], stateful=True, name=name))
+
+
+def finish_started(handle, code, message):
+    """``finish(handle)`` for the outputs of ``start_node``: raises the start's error instead
+    when it failed (code != 0), as a ``tf.errors.OpError`` with that code (all the check node
+    reads)."""
+    import tensorflow as tf
+
+    if int(code):
+        raise tf.errors.OpError(None, None, bytes(message).decode('utf-8', 'replace'), int(code))
+    return finish(handle)
+
+
 def blocking_node(fn, inputs, dtypes, name):
     """Graph nodes that call ``fn(*arrays)`` (numpy in, a list of numpy arrays out, as for
     ``tf.numpy_function``) such that a blocked ``fn`` cannot keep this rank's other collectives
@@ -260,24 +285,28 @@ def blocking_node(fn, inputs, dtypes, name):
 
     Returns:
         A list of tensors of unknown shape (the caller sets what it knows), one per dtype. When
-        they are evaluated, ``fn``'s exception reaches the caller as TensorFlow reports a
-        ``tf.numpy_function``'s (a ``tf.errors.OpError`` keeps its class).
+        they are evaluated, ``fn``'s exception reaches the caller with the TensorFlow error type
+        eager mode raises (a ``tf.errors.OpError`` keeps its class, a ValueError is an
+        ``InvalidArgumentError``; see ``_status_op``), in ``tf.function`` and in TF1 graphs alike.
     """
     import tensorflow as tf
     from tensorflow.python.data.ops.map_op import _MapDataset
 
     dtypes = list(dtypes)
+    # fn's status travels as two more outputs (code, message) to the check node (_status_op):
+    # raised inside the Python call, TensorFlow would keep only a few exception types' codes.
+    guarded = _status_op.guard(fn, dtypes)
+    all_dtypes = dtypes + [tf.int32, tf.uint8]
     # True while tf.function builds the graph with automatic control dependencies; False in TF1
     # graphs and wrap_function (and, should TensorFlow rename it, everywhere: the tf.data form is
     # right in every graph, only slower).
     if getattr(tf.compat.v1.get_default_graph(), '_add_control_dependencies', False):
-        outputs = tf.numpy_function(fn, list(inputs), dtypes, stateful=True, name=name)
-        return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        outputs = tf.numpy_function(guarded, list(inputs), all_dtypes, stateful=True, name=f'{name}Call')
+        return _status_op.check(outputs[-2], outputs[-1], outputs[:-2], name)
 
     @tf.autograph.experimental.do_not_convert
     def call(*values):
-        outputs = tf.numpy_function(fn, list(values), dtypes, stateful=True)
-        return tuple(outputs) if isinstance(outputs, (list, tuple)) else (outputs,)
+        return tuple(tf.numpy_function(guarded, list(values), all_dtypes, stateful=True))
 
     # use_inter_op_parallelism=False: tf.data runs the map function with TensorFlow's
     # single-threaded executor, inline on the thread that DatasetToSingleElement took from
@@ -285,6 +314,8 @@ def blocking_node(fn, inputs, dtypes, name):
     # default, the function's kernels would go back to the inter-op pool. Dataset.map does not
     # expose the flag; _MapDataset is the class it builds (TensorFlow 2.16 to 2.21 at least).
     dataset = _MapDataset(tf.data.Dataset.from_tensors(tuple(inputs)), call, use_inter_op_parallelism=False)
-    unknown = [tf.TensorShape(None)] * len(dtypes)
-    return list(tf.raw_ops.DatasetToSingleElement(dataset=tf.data.experimental.to_variant(dataset),
-                                                  output_types=dtypes, output_shapes=unknown, name=name))
+    unknown = [tf.TensorShape(None)] * len(all_dtypes)
+    outputs = tf.raw_ops.DatasetToSingleElement(dataset=tf.data.experimental.to_variant(dataset),
+                                                output_types=all_dtypes, output_shapes=unknown,
+                                                name=f'{name}Call')
+    return _status_op.check(outputs[-2], outputs[-1], list(outputs[:-2]), name)

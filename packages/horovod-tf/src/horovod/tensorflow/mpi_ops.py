@@ -20,9 +20,10 @@ must issue their unnamed ops in the same order.
 Errors: bad arguments (dtype, type, root, splits, op) raise ``ValueError`` (in a graph: when the
 op is built, or ``tf.errors.InvalidArgumentError`` when it runs). Ranks that disagree on shape,
 dtype, op or root raise ``tf.errors.FailedPreconditionError`` on every rank; a shutdown or a lost
-peer raises ``tf.errors.UnknownError``. Eagerly both are also ``HorovodInternalError``; inside a
-graph TF reports them as ``tf.errors.UnknownError`` whose message names the failed op
-(``HorovodAllreduce``, ...) and the engine's reason.
+peer raises ``tf.errors.UnknownError``. The types are the same eagerly, in ``tf.function`` and in
+TF1 graphs (``_status_op`` carries them out of the graph's Python calls); the message names the
+failed op (``HorovodAllreduce``, ...) and the engine's reason. Eagerly these errors are also
+``HorovodInternalError`` (engine failures) or ``ValueError`` (refused arguments).
 """
 
 import os
@@ -142,7 +143,8 @@ def _names(prefix, title, tensors, name, set_id, ignore_name_scope):
 
 
 class _Started:
-    """A submitted group: an int handle (eager) or the handle tensor of a graph's start node."""
+    """A submitted group: an int handle (eager), or the outputs of a graph's start node (handle,
+    status code, message: ``_engine.start_node``)."""
 
     def __init__(self, kind, handle, tensors, out_dtypes, out_shapes):
         self.kind = kind
@@ -164,8 +166,7 @@ def _start(kind, tensors, names, params, out_dtypes, out_shapes):
     def submit(*arrays):
         return np.int64(_engine.start(kind, list(arrays), names, params))
 
-    handle = tf.numpy_function(submit, list(tensors), tf.int64, stateful=True,
-                               name=f'{_engine._op_title(kind)}Start')
+    handle = _engine.start_node(submit, list(tensors), f'{_engine._op_title(kind)}Start')
     return _Started(kind, handle, tensors, out_dtypes, out_shapes)
 
 
@@ -175,7 +176,7 @@ def _finish(started):
     if tf.executing_eagerly():
         arrays = _engine.finish(started.handle)
         return [tf.convert_to_tensor(a, dtype=d) for a, d in zip(arrays, started.out_dtypes, strict=True)]
-    outputs = _engine.blocking_node(_engine.finish, [started.handle], started.out_dtypes,
+    outputs = _engine.blocking_node(_engine.finish_started, started.handle, started.out_dtypes,
                                     f'{_engine._op_title(started.kind)}Wait')
     for out, shape in zip(outputs, started.out_shapes, strict=True):
         out.set_shape(shape)
@@ -473,8 +474,9 @@ def _alltoall_raw(tensor, splits, name, ignore_name_scope, process_set, set_id):
         params = {'set_id': set_id, 'splits': splits_array if given else None}
         return np.int64(_engine.start('alltoall', [array], names, params))
 
-    handle = tf.numpy_function(submit, inputs, tf.int64, stateful=True, name='HorovodAlltoallStart')
-    out, received = _engine.blocking_node(_engine.finish, [handle], [tensor.dtype, tf.int32], 'HorovodAlltoallWait')
+    handle = _engine.start_node(submit, inputs, 'HorovodAlltoallStart')
+    out, received = _engine.blocking_node(_engine.finish_started, handle, [tensor.dtype, tf.int32],
+                                          'HorovodAlltoallWait')
     out.set_shape(out_shape)
     received.set_shape([None])
     return out, received
