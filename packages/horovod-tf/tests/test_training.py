@@ -58,3 +58,9 @@ def test_error_types_in_every_mode(result):
                 'broadcast_root_outside', 'alltoall_splits_sum', 'alltoall_splits_negative',
                 'alltoall_splits_tensor', 'unknown_process_set', 'outside_process_set') else 'FailedPreconditionError'
             assert set(modes.values()) == {expected}, (case, modes)
+
+
+def test_indexed_slices_average_every_dtype(result):
+    n, values = result('sparse_average')
+    # 7 dtypes x (alone, mixed with a dense tensor) x (eager, tf.function, TF1 session).
+    assert values == [7 * 2 * 3] * n

@@ -551,6 +551,84 @@ def error_types():
     return seen
 
 
+def _sparse_case(rank, dtype, salt):
+    """Rank ``rank``'s slices of a [5, 2] tensor: 3 rows with a repeated index, rank-dependent
+    values (negative too for signed dtypes) whose sums over ranks are odd as often as even, so a
+    wrong rounding of the average shows."""
+    rng = rng_for(rank, salt)
+    low = -9 if np.issubdtype(dtype, np.signedinteger) or np.issubdtype(dtype, np.floating) else 0
+    values = rng.integers(low, 10, (3, 2)).astype(dtype)
+    indices = np.array([rank % 5, (rank + 2) % 5, rank % 5], np.int64)
+    return values, indices
+
+
+def _densify(values, indices, dtype):
+    dense = np.zeros((5, 2), dtype)
+    np.add.at(dense, np.asarray(indices), np.asarray(values, dtype))
+    return dense
+
+
+def _average_reference(per_rank, dtype, n):
+    """The dense path's Average (core.md §6.2): the sum in the dtype, then times 1/n in float64
+    truncated toward zero (integers), in float32 (float16) or in the dtype's precision."""
+    total = np.sum(per_rank, axis=0, dtype=dtype)
+    if np.issubdtype(dtype, np.integer):
+        return (total.astype(np.float64) * (1.0 / n)).astype(dtype)
+    if dtype == np.float16:
+        return (total.astype(np.float32) * np.float32(1.0 / n)).astype(np.float16)
+    return total * dtype.type(1.0 / n)
+
+
+def sparse_average():
+    """allreduce of tf.IndexedSlices with op=Average, alone and in a grouped_allreduce with a
+    dense tensor, for every dtype the dense allreduce takes, eagerly, in tf.function and in a TF1
+    Session (all dtypes in one graph per mode): the result keeps the dtype and, densified, equals
+    the dense path's average of the densified inputs (numpy reference); the dense member equals
+    its own reference."""
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    cases = []  # (dtype, this rank's values and indices, dense input, expected sparse, expected dense)
+    for salt, name in enumerate(['uint8', 'int8', 'int32', 'int64', 'float16', 'float32', 'float64']):
+        dtype = np.dtype(name)
+        slices = [_sparse_case(r, dtype, salt) for r in range(n)]
+        dense_inputs = [rng_for(r, 100 + salt).integers(0, 10, (3,)).astype(dtype) for r in range(n)]
+        cases.append((dtype, slices[rank], dense_inputs[rank],
+                      _average_reference([_densify(v, i, dtype) for v, i in slices], dtype, n),
+                      _average_reference(dense_inputs, dtype, n)))
+
+    def build():
+        outputs = []
+        for _, (values, indices), dense_input, _, _ in cases:
+            slices = tf.IndexedSlices(tf.constant(values), tf.constant(indices), tf.constant([5, 2], tf.int64))
+            alone = hvd.allreduce(slices, op=hvd.Average)
+            dense, mixed = hvd.grouped_allreduce([tf.constant(dense_input), slices], op=hvd.Average)
+            outputs.append((alone.values, alone.indices, mixed.values, mixed.indices, dense))
+        return outputs
+
+    def session():
+        with tf.Graph().as_default():
+            fetches = build()
+            with tf.compat.v1.Session() as sess:
+                return sess.run(fetches)
+
+    checks = 0
+    for mode, run in (('eager', build), ('function', tf.function(build)), ('session', session)):
+        for (dtype, _, _, expected, expected_dense), got in zip(cases, run(), strict=True):
+            got = [np.asarray(g) for g in got]
+            for what, values, indices in (('alone', got[0], got[1]), ('mixed', got[2], got[3])):
+                if values.dtype != dtype:
+                    raise AssertionError(f'{dtype} {what} {mode}: values of dtype {values.dtype}')
+                dense = _densify(values, indices, dtype)
+                exact = np.issubdtype(dtype, np.integer)
+                atol = 1e-2 if dtype == np.float16 else 1e-6
+                if exact and not np.array_equal(dense, expected) or not np.allclose(dense, expected, atol=atol):
+                    raise AssertionError(f'{dtype} {what} {mode}: got {dense!r}, expected {expected!r}')
+                checks += 1
+            if not np.array_equal(got[4], expected_dense):
+                raise AssertionError(f'{dtype} mixed {mode} dense member: got {got[4]!r}, expected {expected_dense!r}')
+    return checks
+
+
 def alignment():
     """What the bridge hands to TF is 64-byte aligned, including engine-allocated results."""
     from horovod.tensorflow import _engine
@@ -652,6 +730,7 @@ WORKERS = {
     'sync_batch_norm': sync_batch_norm,
     'errors': errors,
     'error_types': error_types,
+    'sparse_average': sparse_average,
     'alignment': alignment,
     'process_sets': process_sets,
     'join': join,

@@ -33,9 +33,26 @@ def _check_sparse_op(op, prescale_factor, postscale_factor):
                                   'postscale_factor; scale the values yourself.')
 
 
+def _scale(values, factor):
+    """``values * factor`` with the engine's arithmetic for a scale factor (core.md §6.2), so
+    that an average computed here equals the engine's dense one: integers in float64, truncated
+    toward zero and cast back; float16 in float32, rounded to float16; float32 and float64 with
+    the factor cast to their own precision. ``factor`` is a float64 scalar tensor."""
+    dtype = values.dtype
+    if dtype.is_integer:
+        return tf.cast(tf.cast(values, tf.float64) * factor, dtype)
+    if dtype == tf.float16:
+        return tf.cast(tf.cast(values, tf.float32) * tf.cast(factor, tf.float32), dtype)
+    return values * tf.cast(factor, dtype)
+
+
 def _sparse_allreduce(slices, op, name, process_set, ignore_name_scope):
-    """Every rank's slices concatenated (duplicate indices add up when densified); Average divides
-    the values by the set size, read when the op runs."""
+    """Every rank's slices concatenated in rank order. Average scales them by 1 / set size (the
+    size read when the op runs) so that the result, densified, is the dense average of the
+    densified inputs with the dense path's dtype and arithmetic (``_scale``). Floating values
+    are scaled slice by slice (duplicate indices still add up when densified); integer values
+    are first summed per index (``tf.unique`` order: first occurrence), since truncating each
+    slice before adding them would not give the truncated average."""
     values_name = None if name is None else f'{name}.values'
     indices_name = None if name is None else f'{name}.indices'
     values = allgather(slices.values, name=values_name, ignore_name_scope=ignore_name_scope,
@@ -43,11 +60,11 @@ def _sparse_allreduce(slices, op, name, process_set, ignore_name_scope):
     indices = allgather(slices.indices, name=indices_name, ignore_name_scope=ignore_name_scope,
                         process_set=process_set)
     if op == Average:
-        n = _set_size_value(process_set)
-        if values.dtype.is_floating:
-            values = values / tf.cast(n, values.dtype)
-        else:
-            values = tf.truncatediv(values, tf.cast(n, values.dtype))
+        if values.dtype.is_integer:
+            indices, position = tf.unique(indices)
+            values = tf.math.unsorted_segment_sum(values, position, tf.shape(indices)[0])
+        factor = 1.0 / tf.cast(_set_size_value(process_set), tf.float64)
+        values = _scale(values, factor)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -73,7 +90,9 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='', compressi
     Returns:
         Dense input: a tensor of its shape and dtype, ``postscale * REDUCE(prescale * tensor)``.
         IndexedSlices: an IndexedSlices with every rank's values and indices concatenated in rank
-        order (values divided by the set size for Average) and the input's ``dense_shape``.
+        order and the input's ``dense_shape``; for Average, densified, it equals the dense
+        average of the densified inputs, in the values' dtype (integers truncated toward zero,
+        as the dense path does; their duplicate indices are first summed into one slice each).
 
     Raises:
         ValueError: ``op`` and ``average`` both given, unknown op, bad dtype, unregistered set.
