@@ -135,3 +135,67 @@ def test_no_previous_host_left():
             driver._update_host_assignments(driver._host_manager.current_hosts)
     finally:
         driver.stop()
+
+
+def _grow_during_reset(start_s, timeout):
+    """Host a:1 runs; b:1 is listed, its worker takes ``start_s`` seconds (None: forever) to ask
+    for its rank, and a's worker resets meanwhile. Returns ``(driver, times)``: ``times[key]``
+    lists ``(event, monotonic time)``."""
+    hosts = FixedHosts({"a": 1})
+    driver = driver_module.ElasticDriver(_Rendezvous(), hosts, 1, None, timeout=timeout)
+    times = {("a", 0): [], ("b", 0): []}
+    listed = threading.Event()
+    done = threading.Event()
+
+    def create_worker(slot_info, events):
+        key = (slot_info.hostname, slot_info.local_rank)
+        log = times[key]
+        if key == ("b", 0):
+            deadline = time.monotonic() + (3600 if start_s is None else start_s)
+            while time.monotonic() < deadline and not any(e.is_set() for e in events):
+                time.sleep(0.01)
+            if any(event.is_set() for event in events):
+                return 143, time.time()
+            log.append(("asked", time.monotonic()))
+        log.append(("answered %s" % driver.record_ready(*key), time.monotonic()))
+        if key == ("a", 0):
+            listed.wait(10)
+            time.sleep(0.3)  # the discovery has seen b and started its worker
+            log.append(("reset", time.monotonic()))
+            log.append(("answered %s" % driver.record_ready(*key), time.monotonic()))
+            done.set()
+        while not any(event.is_set() for event in events):
+            time.sleep(0.01)
+        return 143, time.time()
+
+    driver.start(1, create_worker)
+    hosts.set({"a": 1, "b": 1})
+    listed.set()
+    assert done.wait(timeout + 15), times
+    return driver, times
+
+
+def test_reset_waits_for_the_new_workers_to_ask_for_their_rank():
+    """A round decided while a new slot's worker still starts: the generation is assigned once
+    that worker asks for its rank, not before (the others would wait for it in the engine's
+    rendezvous, whose 30 s Gloo timeout a slow start on a busy machine exceeds)."""
+    driver, times = _grow_during_reset(start_s=1.5, timeout=30)
+    try:
+        assert [e for e, _ in times[("a", 0)]] == ["answered 1", "reset", "answered 2"], times
+        b_asked = dict(times[("b", 0)]).get("asked")
+        assert b_asked is not None and dict(times[("a", 0)])["answered 2"] >= b_asked, times
+        assert set(driver.host_assignments) == {"a", "b"}
+    finally:
+        driver.stop()
+        driver.wait_for_workers(10)
+
+
+def test_new_worker_that_never_asks_blacklists_its_host_at_the_reset():
+    driver, times = _grow_during_reset(start_s=None, timeout=1)
+    try:
+        assert [e for e, _ in times[("a", 0)]] == ["answered 1", "reset", "answered 2"], times
+        assert driver._host_manager.is_blacklisted("b")
+        assert set(driver.host_assignments) == {"a"}
+    finally:
+        driver.stop()
+        driver.wait_for_workers(10)

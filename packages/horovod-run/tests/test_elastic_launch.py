@@ -105,7 +105,26 @@ def _elastic_args(*extra):
     return ["--verbose", "--network-interface", "hvdbr0", *extra]
 
 
-def test_hosts_added_then_removed(bed, discovery, tmp_path):
+@pytest.fixture
+def cpu_hogs(request):
+    """With ``request.param`` true, one busy-looping child process per core for the test's
+    length (stopped by PID at its end): a loaded machine."""
+    hogs = []
+    if request.param:
+        for _ in range(len(os.sched_getaffinity(0))):
+            hogs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+    try:
+        yield request.param
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+@pytest.mark.parametrize("cpu_hogs", [False, True], ids=["quiet", "loaded"], indirect=True)
+def test_hosts_added_then_removed(bed, discovery, tmp_path, cpu_hogs):
+    """The job grows to the added host and shrinks back when it is no longer listed, on a quiet
+    machine and on one with a busy process per core."""
     script, set_hosts = discovery
     set_hosts(["%s:2" % _addr(bed, 1)])
     epochs = 10

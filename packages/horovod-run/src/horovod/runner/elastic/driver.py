@@ -20,9 +20,6 @@ DISCOVER_HOSTS_FREQUENCY_SECS = 1.0
 # told: a notice that reaches it during a reset is dropped with the reset's queued notices.
 RENOTIFY_SECS = 10.0
 ELASTIC_TIMEOUT_SECS = 600
-# How long rank 0 is kept training, after new slots were discovered, while their workers start
-# (see ElasticDriver: standby workers); past it, rank 0 is told anyway.
-STANDBY_START_SECS = 30.0
 
 
 class Results:
@@ -86,11 +83,18 @@ class ElasticDriver:
     Standby workers: when the discovery adds slots to a running job, their workers are started
     at once, while the current workers go on training. A standby worker asks for its rank like
     any other (:meth:`record_ready`) and waits there; rank 0 is told that the hosts changed once
-    every standby worker waits (or after ``STANDBY_START_SECS`` seconds), so the reset round finds
-    the new workers started and the time they take to start (a Python process importing its
-    framework: seconds) does not stop the training. A standby worker whose slot is not in the
-    next generation is answered "removed" and exits; one that exits non-zero before its round
+    every standby worker waits, so the reset round finds the new workers started and the time
+    they take to start (a Python process importing its framework: seconds, a minute on a busy
+    machine) does not stop the training. A standby worker whose slot is not in the next
+    generation is answered "removed" and exits; one that exits non-zero before its round
     blacklists its host.
+
+    A generation never includes a slot whose worker does not wait for its rank: a reset
+    (:meth:`resume`) that assigns new slots (a round decided for another reason while standby
+    workers still start, hosts both added and removed) starts their workers as standby workers
+    and waits for them first, up to the elastic timeout. Otherwise the workers answered first
+    would wait for the late ones in the engine's rendezvous, bounded only by the Gloo timeout
+    (30 s), and every worker of the generation would fail when a start takes longer.
     """
 
     def __init__(self, rendezvous, discovery, min_num_proc, max_num_proc, timeout=None,
@@ -120,7 +124,6 @@ class ElasticDriver:
         # Standby workers: (host, local_rank) -> the planned SlotInfo, and those that wait.
         self._standby = {}
         self._standby_waiting = set()
-        self._standby_since = None
         self._standby_cond = threading.Condition(self._assignment_lock)
         self._discovery_error = None
         self._first_discovery = threading.Event()
@@ -165,8 +168,8 @@ class ElasticDriver:
 
     def _notify_host_changes_locked(self, current_hosts):
         generation = self._worker_registry.generation
-        if not self._host_assignments:
-            return
+        if not self._host_assignments or self._worker_registry.deciding:
+            return  # (a reset under way assigns the hosts anew)
         if (self._notified_generation == generation
                 and time.monotonic() - self._notified_at < RENOTIFY_SECS):
             return
@@ -204,7 +207,7 @@ class ElasticDriver:
 
     def _standby_started(self, added):
         """Start the workers of the ``added`` slots that have none; return whether every one of
-        them waits for its round (or they had ``STANDBY_START_SECS`` to get there)."""
+        them waits for its round."""
         if self._create_worker_fn is None or self._shutdown.is_set():
             return True
         started = []
@@ -216,15 +219,11 @@ class ElasticDriver:
                 self._alive.add(key)
                 self._standby[key] = slot
                 started.append(slot)
-            if started and self._standby_since is None:
-                self._standby_since = time.monotonic()
             waiting = all((s.hostname, s.local_rank) in self._standby_waiting for s in added)
-            overdue = (self._standby_since is not None
-                       and time.monotonic() - self._standby_since > STANDBY_START_SECS)
         for slot in started:
             self._say("starting a standby worker on %s[%d]" % (slot.hostname, slot.local_rank))
             self._start_worker_thread(slot)
-        return waiting or overdue
+        return waiting
 
     def _wait_standby(self, host, slot):
         """Called for a standby worker asking for its rank: wait until the next generation is
@@ -234,6 +233,7 @@ class ElasticDriver:
             if key not in self._standby:
                 return False
             self._standby_waiting.add(key)
+            self._standby_cond.notify_all()  # a reset may wait for it (_wait_for_workers_of)
             all_waiting = set(self._standby) <= self._standby_waiting
         if all_waiting:
             self._say("every standby worker waits: telling rank 0")
@@ -248,7 +248,6 @@ class ElasticDriver:
         with self._standby_cond:
             self._standby.clear()
             self._standby_waiting.clear()
-            self._standby_since = None
             self._standby_cond.notify_all()
 
     # --- assignment and workers ------------------------------------------------------------
@@ -325,16 +324,66 @@ class ElasticDriver:
         self._activate_workers(num_proc)
 
     def resume(self):
-        """Assign the slots again (at least ``min_num_proc``) and start the missing workers."""
-        self._activate_workers(self._min_num_proc)
+        """Assign the slots again (at least ``min_num_proc``); the workers of new slots are
+        started first, and the new generation is assigned once they wait for their rank."""
+        self._activate_workers(self._min_num_proc, resuming=True)
 
-    def _activate_workers(self, min_num_proc):
-        current_hosts = self.wait_for_available_slots(min_num_proc)
+    def _activate_workers(self, min_num_proc, resuming=False):
+        while True:
+            current_hosts = self.wait_for_available_slots(min_num_proc)
+            if not resuming or self._wait_for_workers_of(self._plan(current_hosts)):
+                break
         pending = self._update_host_assignments(current_hosts)
         for slot in pending:
             with self._assignment_lock:
                 self._alive.add((slot.hostname, slot.local_rank))
             self._start_worker_thread(slot)
+
+    def _wait_for_workers_of(self, slots):
+        """Before a reset assigns ``slots``: start standby workers for the new slots (those not
+        in the current generation) and wait until each of them waits for its rank. Returns True
+        then; False when the slots must be planned again because a host was blacklisted
+        meanwhile: a standby worker exited non-zero, a worker of the current generation exited,
+        or a new worker did not ask for its rank within the elastic timeout. Raises RuntimeError
+        when the job stopped."""
+        with self._assignment_lock:
+            previous = set(self._slot_infos)
+        old = [(s.hostname, s.local_rank) for s in slots if (s.hostname, s.local_rank) in previous]
+        new = [slot for slot in slots if (slot.hostname, slot.local_rank) not in previous]
+        if not new:
+            return True
+        deadline = time.monotonic() + self._timeout
+        said = False
+        while True:
+            # (Re)starts the standby workers that have none: also one whose slot had a worker of
+            # an earlier generation that was still leaving.
+            if self._standby_started(new):
+                return True
+            with self._standby_cond:
+                if self._shutdown.is_set():
+                    raise RuntimeError(constants.SHUTDOWN_MESSAGE)
+                if any(self._host_manager.is_blacklisted(s.hostname) for s in new):
+                    return False  # a standby worker failed: _run_worker blacklisted its host
+                gone = sorted({host for host, slot in old if (host, slot) not in self._alive})
+                late = ["%s[%d]" % (s.hostname, s.local_rank) for s in new
+                        if (s.hostname, s.local_rank) not in self._standby_waiting]
+                if gone or time.monotonic() >= deadline:
+                    break
+                if not said:
+                    self._say("waiting for the new workers %s to ask for their rank"
+                              % ", ".join(late))
+                    said = True
+                self._standby_cond.wait(min(1.0, max(deadline - time.monotonic(), 0.05)))
+        if gone:
+            for host in gone:
+                self._say("blacklisting host %s: a worker there exited during the reset" % host)
+                self._host_manager.blacklist(host)
+        else:
+            for host in sorted({name.rpartition("[")[0] for name in late}):
+                self._say("blacklisting host %s: its new workers did not ask for their rank "
+                          "within %d s" % (host, self._timeout))
+                self._host_manager.blacklist(host)
+        return False
 
     def _start_worker_thread(self, slot):
         threading.Thread(target=self._run_worker, args=(slot,), daemon=True,

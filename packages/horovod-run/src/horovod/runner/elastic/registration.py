@@ -64,6 +64,12 @@ class WorkerStateRegistry:
             return self._generation
 
     @property
+    def deciding(self):
+        """Whether a round is being decided (the driver may be waiting for new workers)."""
+        with self._cond:
+            return self._deciding
+
+    @property
     def reset_count(self):
         return self._reset_count
 
