@@ -20,6 +20,10 @@ packages=(
   openssh-server  # the multi-host test bed (ci/testbed.sh): an sshd per fake host, never the system's
   openssh-client  #   ssh, ssh-keygen, ssh-agent
   iproute2        #   ip (network namespaces, veths, bridge), ss, tc
+  slurmctld       # the bed's Slurm mode (ci/testbed.sh slurm-up): a controller and a slurmd per host,
+  slurmd          #   started by the bed with its own config, never the system's services
+  slurm-client    #   srun, salloc, sbatch, scontrol, squeue, scancel
+  munge           #   one munged with the bed's own key and socket (/etc/munge is left alone)
 )
 
 # Debian's own Python needs its headers from a package; a python.org or pyenv build ships them.

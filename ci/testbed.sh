@@ -16,6 +16,11 @@
 #                                       default) on both ends of every link of a running bed
 #   ci/testbed.sh unshape               removes the shaping (netem or tbf)
 #   ci/testbed.sh check                 exit 0 when this machine can host the bed, else 77
+#   ci/testbed.sh slurm-up [N]          a Slurm cluster on hosts 1..N of a running bed (default 2):
+#                                       slurmctld here, a slurmd per host, one munged; nothing to
+#                                       do when it is up. `. $STATE/slurm/env` sets SLURM_CONF
+#   ci/testbed.sh slurm-down            stops the Slurm daemons by PID (and what their steps left
+#                                       in the hosts) and removes $STATE/slurm; down does it too
 #
 # Layout: a bridge hvdbr0 (198.18.0.254/24, the launcher's address) in this namespace; host K is
 # the namespace hvd-hK whose NIC, the far end of the veth hvdvK on the bridge, is also named
@@ -30,6 +35,15 @@
 # dir, never ~/.ssh), `env` (source it: PATH and SSH_AUTH_SOCK), `hosts` and `pids` (what up
 # started: name, PID and the kernel's start time of the process, so that down never signals a
 # recycled PID).
+#
+# Slurm mode (slurm-up), state in $STATE/slurm: one munged with its own key and socket (munge/)
+# serves every daemon and client; slurmctld runs here, in a UTS namespace of its own (hostname
+# hvd-ctl), at $LAUNCHER port 16817; host K's slurmd (node hvd-hK, NodeAddr $NET.K, 2 CPUs, port
+# 16818) runs in the host's network namespace and in mount and UTS namespaces of its own
+# (hostname hvd-hK, /etc/hosts bound from /etc/netns/hvd-hK/hosts): not through ip netns exec,
+# whose remounted /sys hides /sys/fs/cgroup, without which slurmd 22.05 does not start. Spool,
+# logs and the controller's state are in $STATE/slurm; proctrack/linuxproc, task/none,
+# select/cons_tres with CPUs as the resource, ReturnToService=1, one partition "bed".
 #
 # Exit status: 0 done, 1 error, 2 usage, 3 `status` of a bed that is down, 77 this machine cannot
 # do it (not root, no network namespaces, no netem or tbf in the kernel), with a one-line reason.
@@ -60,7 +74,7 @@ unavailable() { echo "testbed: $*" >&2; exit 77; }
 say() { echo "testbed: $*" >&2; }
 
 usage() {
-  sed -n '6,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '6,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -619,6 +633,215 @@ check_ssh() {  # N: every host at once
   [ "$failed" = 0 ] || die "the bed is up but ssh does not work as above; 'ci/testbed.sh down' removes it"
 }
 
+# --- Slurm mode ----------------------------------------------------------------------------------
+
+readonly SLURM_DIR=$STATE/slurm
+readonly SLURMCTLD_PORT=16817
+readonly SLURMD_PORT=16818
+readonly SLURM_CPUS=2
+readonly SLURM_CONTROLLER=hvd-ctl
+
+check_slurm_tools() {
+  local tool
+  for tool in slurmctld slurmd munged srun sinfo scontrol nsenter unshare mount; do
+    command -v "$tool" >/dev/null || PATH=$PATH:/usr/sbin command -v "$tool" >/dev/null ||
+      unavailable "$tool is missing: run ci/install-system-deps.sh (slurmctld, slurmd, slurm-client, munge)"
+  done
+}
+
+slurm_nodes() {  # the nodes slurm-up configured, one a line
+  [ -f "$SLURM_DIR/nodes" ] && cat "$SLURM_DIR/nodes"
+  return 0
+}
+
+write_slurm_files() {  # N
+  local n=$1 k
+  mkdir -p "$SLURM_DIR/ctld" "$SLURM_DIR/munge"
+  # munged checks that no one else can write where its files are; clients need o+x on the socket's folder.
+  chmod 755 "$SLURM_DIR"
+  chmod 711 "$SLURM_DIR/munge"
+  if [ ! -s "$SLURM_DIR/munge/munge.key" ]; then
+    (umask 077 && head -c 1024 /dev/urandom >"$SLURM_DIR/munge/munge.key")
+  fi
+  : >"$SLURM_DIR/nodes"
+  for ((k = 1; k <= n; k++)); do
+    mkdir -p "$SLURM_DIR/hvd-h$k/spool"
+    echo "hvd-h$k" >>"$SLURM_DIR/nodes"
+  done
+  {
+    echo "# horovod test bed: Slurm mode (ci/testbed.sh slurm-up)"
+    echo "ClusterName=hvdbed"
+    echo "SlurmctldHost=$SLURM_CONTROLLER($LAUNCHER)"
+    echo "SlurmctldPort=$SLURMCTLD_PORT"
+    echo "SlurmdPort=$SLURMD_PORT"
+    echo "SlurmUser=root"
+    echo "SlurmdUser=root"
+    echo "AuthType=auth/munge"
+    echo "CredType=cred/munge"
+    echo "AuthInfo=socket=$SLURM_DIR/munge/munge.socket"
+    echo "StateSaveLocation=$SLURM_DIR/ctld"
+    echo "SlurmctldPidFile=$SLURM_DIR/ctld/slurmctld.pid"
+    echo "SlurmctldLogFile=$SLURM_DIR/slurmctld.log"
+    echo "SlurmdSpoolDir=$SLURM_DIR/%n/spool"
+    echo "SlurmdPidFile=$SLURM_DIR/%n/slurmd.pid"
+    echo "SlurmdLogFile=$SLURM_DIR/%n/slurmd.log"
+    echo "ProctrackType=proctrack/linuxproc"
+    echo "TaskPlugin=task/none"
+    echo "SelectType=select/cons_tres"
+    echo "SelectTypeParameters=CR_CPU"
+    echo "SlurmdParameters=config_overrides"
+    echo "ReturnToService=1"
+    echo "MpiDefault=none"
+    echo "SchedulerType=sched/builtin"
+    echo "JobAcctGatherType=jobacct_gather/none"
+    echo "AccountingStorageType=accounting_storage/none"
+    echo "JobCompType=jobcomp/none"
+    echo "KillWait=2"
+    echo "InactiveLimit=0"
+    echo "MinJobAge=10"
+    echo "SlurmctldTimeout=30"
+    echo "SlurmdTimeout=30"
+    for ((k = 1; k <= n; k++)); do
+      echo "NodeName=hvd-h$k NodeAddr=$NET.$k NodeHostname=hvd-h$k CPUs=$SLURM_CPUS State=UNKNOWN"
+    done
+    echo "PartitionName=bed Nodes=$(paste -sd, "$SLURM_DIR/nodes") Default=YES MaxTime=INFINITE State=UP"
+  } >"$SLURM_DIR/slurm.conf"
+  cat >"$SLURM_DIR/env" <<EOF
+# Source this file to use the test bed's Slurm cluster (srun, salloc, sbatch, scontrol, squeue).
+export SLURM_CONF=$SLURM_DIR/slurm.conf
+EOF
+}
+
+start_munged() {
+  live_pid munged - >/dev/null && return 0
+  rm -f "$SLURM_DIR/munge/munge.socket" "$SLURM_DIR/munge/munge.socket.lock"
+  defer_signals
+  setsid env -i PATH="$SSHD_PATH" LANG=C.UTF-8 /usr/sbin/munged -F --force \
+    --key-file="$SLURM_DIR/munge/munge.key" --socket="$SLURM_DIR/munge/munge.socket" \
+    --pid-file="$SLURM_DIR/munge/munged.pid" --log-file="$SLURM_DIR/munge/munged.log" \
+    --seed-file="$SLURM_DIR/munge/munged.seed" </dev/null >>"$SLURM_DIR/munge/munged.out" 2>&1 9<&- &
+  local pid=$!
+  record_pid munged - "$pid"
+  resume_signals
+  for _ in $(seq 100); do
+    [ -S "$SLURM_DIR/munge/munge.socket" ] && return 0
+    running "$pid" || break
+    sleep 0.1
+  done
+  die "munged did not create its socket: $(tail -n 5 "$SLURM_DIR/munge/munged.out" "$SLURM_DIR/munge/munged.log" 2>/dev/null)"
+}
+
+slurm_client() {  # COMMAND ARGS...: a Slurm client command with the bed's configuration
+  SLURM_CONF=$SLURM_DIR/slurm.conf timeout 20 "$@"
+}
+
+start_slurmctld() {
+  live_pid slurmctld - >/dev/null && return 0
+  defer_signals
+  # shellcheck disable=SC2016  # $0 and $@ are sh's
+  setsid unshare --uts env -i PATH="$SSHD_PATH" LANG=C.UTF-8 \
+    sh -c 'hostname "$0" && exec "$@"' "$SLURM_CONTROLLER" \
+    /usr/sbin/slurmctld -D -c -f "$SLURM_DIR/slurm.conf" \
+    </dev/null >>"$SLURM_DIR/slurmctld.out" 2>&1 9<&- &
+  local pid=$!
+  record_pid slurmctld - "$pid"
+  resume_signals
+  for _ in $(seq 100); do
+    running "$pid" || die "slurmctld exited: $(tail -n 5 "$SLURM_DIR/slurmctld.log" "$SLURM_DIR/slurmctld.out" 2>/dev/null)"
+    slurm_client scontrol ping 2>/dev/null | grep -q 'is UP' && return 0
+    sleep 0.2
+  done
+  die "slurmctld does not answer after 20 s: $(tail -n 5 "$SLURM_DIR/slurmctld.log")"
+}
+
+start_slurmd() {  # K
+  local k=$1 ns=hvd-h$1
+  live_pid slurmd "$ns" >/dev/null && return 0
+  defer_signals
+  # nsenter and unshare (no --fork), env and sh all exec: $! is slurmd's own PID.
+  # shellcheck disable=SC2016  # $0, $1 and $@ are sh's
+  setsid nsenter --net="/run/netns/$ns" unshare --mount --uts env -i PATH="$SSHD_PATH" LANG=C.UTF-8 \
+    sh -c 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"' "$ns" "/etc/netns/$ns/hosts" \
+    /usr/sbin/slurmd -D -c -N "$ns" -f "$SLURM_DIR/slurm.conf" \
+    </dev/null >>"$SLURM_DIR/$ns/slurmd.out" 2>&1 9<&- &
+  local pid=$!
+  record_pid slurmd "$ns" "$pid"
+  resume_signals
+}
+
+# Waits until every node is idle (registered with the controller), 30 s at most.
+wait_slurm_nodes() {  # N
+  local n=$1 k idle states pid start
+  for _ in $(seq 150); do
+    for ((k = 1; k <= n; k++)); do
+      live_pid slurmd "hvd-h$k" >/dev/null ||
+        die "slurmd of hvd-h$k exited: $(tail -n 5 "$SLURM_DIR/hvd-h$k/slurmd.log" "$SLURM_DIR/hvd-h$k/slurmd.out" 2>/dev/null)"
+    done
+    states=$(slurm_client sinfo -h -N -o '%N %T' 2>/dev/null || true)
+    idle=$(awk '$2 == "idle"' <<<"$states" | wc -l)
+    [ "$idle" -lt "$n" ] || return 0
+    sleep 0.2
+  done
+  die "the Slurm nodes are not idle after 30 s: $(tr '\n' ';' <<<"$states")"
+}
+
+slurm_healthy() {  # N
+  local k
+  [ -f "$SLURM_DIR/slurm.conf" ] && [ "$(slurm_nodes | wc -l)" -eq "$1" ] || return 1
+  live_pid munged - >/dev/null && live_pid slurmctld - >/dev/null || return 1
+  for ((k = 1; k <= $1; k++)); do live_pid slurmd "hvd-h$k" >/dev/null || return 1; done
+}
+
+cmd_slurm_up() {
+  local n=${1:-2} k
+  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] || die "slurm-up needs a number of nodes, not '$n'"
+  [ "$(id -u)" -eq 0 ] || unavailable "needs root"
+  check_state_dir
+  check_slurm_tools
+  healthy "$n" || die "slurm-up needs a bed of at least $n hosts: 'ci/testbed.sh up $n' first"
+  if slurm_healthy "$n"; then
+    say "Slurm already up: $n nodes"
+    return 0
+  fi
+  [ ! -d "$SLURM_DIR" ] || cmd_slurm_down
+  write_slurm_files "$n"
+  start_munged
+  start_slurmctld
+  for ((k = 1; k <= n; k++)); do
+    start_slurmd "$k"
+  done
+  wait_slurm_nodes "$n"
+  say "Slurm up: nodes hvd-h1..hvd-h$n ($SLURM_CPUS CPUs each), controller $LAUNCHER:$SLURMCTLD_PORT; '. $SLURM_DIR/env' to use it"
+}
+
+cmd_slurm_down() {
+  local role name pid start ns sshd
+  local -a pairs=()
+  [ "$(id -u)" -eq 0 ] || die "slurm-down needs root"
+  check_state_dir
+  if [ -f "$STATE/pids" ]; then
+    while read -r role name pid start; do
+      case $role in slurmd | slurmctld | munged) pairs+=("$pid" "$start") ;; esac
+    done <"$STATE/pids"
+  fi
+  stop_processes "${pairs[@]}"
+  # What steps left on the nodes (slurmstepd outlives slurmd): every process there but the sshd.
+  for ns in $(slurm_nodes); do
+    pairs=()
+    sshd=$(live_pid sshd "$ns" | cut -d' ' -f1 || true)
+    for pid in $(ip netns pids "$ns" 2>/dev/null || true); do
+      [ "$pid" != "$sshd" ] || continue
+      start=$(start_time "$pid")
+      [ -z "$start" ] || pairs+=("$pid" "$start")
+    done
+    if [ ${#pairs[@]} -gt 0 ]; then
+      say "stopping $((${#pairs[@]} / 2)) process(es) left on Slurm node $ns"
+      stop_processes "${pairs[@]}"
+    fi
+  done
+  rm -rf "$SLURM_DIR"
+}
+
 # --- commands ------------------------------------------------------------------------------------
 
 healthy() {  # N: the first N hosts and the agent are up
@@ -815,6 +1038,8 @@ main() {
     shape-rate) cmd_shape_rate "$@" ;;
     unshape) [ $# -eq 0 ] || usage; cmd_unshape ;;
     check) [ $# -eq 0 ] || usage; check_machine; check_tools ;;
+    slurm-up) [ $# -le 1 ] || usage; cmd_slurm_up "$@" ;;
+    slurm-down) [ $# -eq 0 ] || usage; cmd_slurm_down ;;
     -h | --help | help) usage ;;
     *) usage ;;
   esac

@@ -9,6 +9,11 @@ bed up after the session (the next session finds it up and starts at once). One 
 time holds the bed: the fixture takes an exclusive lock on /run/lock/horovod-testbed.lock (waiting
 for another session, in another checkout, to finish with it) and keeps it until the session ends.
 
+``slurm_testbed``: a session fixture, the bed with a Slurm cluster on hosts 1 and 2 (nodes hvd-h1
+and hvd-h2, 2 CPUs each; ``Testbed.slurm_env()`` for the clients), started on first use and
+stopped at the end of the session whatever HOROVOD_TESTBED_KEEP says, so that no Slurm daemon
+outlives the session that holds the bed; skips where Slurm or munge is not installed.
+
 After each test that uses ``testbed``, no process may remain in a host besides its sshd: the test
 errors at teardown (after the leftovers are killed) unless it carries
 ``@pytest.mark.testbed_leftovers_allowed``.
@@ -24,6 +29,7 @@ import pytest
 from horovod_testing.testbed import Testbed, TestbedError, TestbedUnavailable
 
 TESTBED_HOSTS = 3
+SLURM_NODES = 2
 LEFTOVER_TIMEOUT_S = 10
 LOCK_PATH = "/run/lock/horovod-testbed.lock"
 
@@ -78,6 +84,24 @@ def _testbed_session():
             bed.down()
 
 
+@pytest.fixture(scope="session")
+def slurm_testbed(testbed):
+    try:
+        testbed.slurm_up(SLURM_NODES)
+    except TestbedUnavailable as e:
+        pytest.skip(f"no Slurm cluster on the test bed here: {e.reason}")
+    except BaseException as e:
+        try:
+            testbed.slurm_down()
+        except TestbedError as down_error:
+            e.add_note(f"and stopping Slurm failed: {down_error}")
+        raise
+    try:
+        yield testbed
+    finally:
+        testbed.slurm_down()
+
+
 @pytest.fixture(autouse=True)
 def _testbed_leftovers(request):
     yield
@@ -92,4 +116,4 @@ def _testbed_leftovers(request):
                     "(killed now):\n" + "\n".join(lines), pytrace=False)
 
 
-__all__ = ["pytest_configure", "testbed", "_testbed_leftovers"]
+__all__ = ["pytest_configure", "testbed", "slurm_testbed", "_testbed_leftovers"]

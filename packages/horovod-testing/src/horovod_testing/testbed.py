@@ -11,6 +11,16 @@ launcher's address on the shared interface ``hvdbr0`` is ``198.18.0.254``::
 
 Needs root; :meth:`Testbed.up` raises :class:`TestbedUnavailable` where network namespaces cannot
 be made (the script's exit status 77).
+
+Slurm mode: :meth:`Testbed.slurm_up` starts a Slurm cluster on hosts 1..N of the running bed
+(slurmctld at 198.18.0.254, a slurmd per host, nodes named as the hosts with 2 CPUs each, one
+munged); :meth:`Testbed.slurm_env` gives the environment in which ``srun``, ``salloc``,
+``sbatch`` and ``scontrol`` use it; :meth:`Testbed.slurm_down` stops it by PID and removes its
+files::
+
+    bed.slurm_up(2)
+    subprocess.run(["srun", "-N2", "hostname"], env=bed.slurm_env())   # hvd-h1, hvd-h2
+    bed.slurm_down()
 """
 
 import os
@@ -174,6 +184,44 @@ class Testbed:
         """Stops every process of the bed and removes it; nothing to do when it is down."""
         self._run("down")
 
+    # --- Slurm mode -----------------------------------------------------------------------------
+
+    @property
+    def slurm_conf(self):
+        """The Slurm cluster's slurm.conf (exists while it is up)."""
+        return os.path.join(self.state_dir, "slurm", "slurm.conf")
+
+    def slurm_up(self, nodes=2):
+        """A Slurm cluster on hosts 1..``nodes`` (int) of the running bed, 2 CPUs a node; nothing
+        to do when it is up with that many nodes. Raises TestbedUnavailable where Slurm or munge
+        is not installed, TestbedError when the bed has fewer hosts or a daemon does not start
+        (the message quotes its log)."""
+        self._run("slurm-up", str(int(nodes)))
+        return self
+
+    def slurm_down(self):
+        """Stops slurmctld, every slurmd, munged and what jobs left on the nodes, by PID, and
+        removes the cluster's files; nothing to do when it is down. Raises TestbedError."""
+        self._run("slurm-down")
+
+    def slurm_env(self, base=None):
+        """``base`` (default os.environ, a mapping) with ``SLURM_CONF`` naming the bed's
+        cluster, without the ``SLURM_*`` variables of any job this process may run in."""
+        env = {k: v for k, v in dict(os.environ if base is None else base).items()
+               if not k.startswith("SLURM_")}
+        env["SLURM_CONF"] = self.slurm_conf
+        return env
+
+    def slurm_nodes(self):
+        """``{node: state}`` as ``sinfo -N`` reports it (``"idle"``, ``"alloc"``, ``"down"``...);
+        empty when the cluster is down."""
+        try:
+            proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=self.slurm_env(),
+                                  capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        return dict(line.split() for line in proc.stdout.splitlines() if len(line.split()) == 2)
+
     def status(self):
         """The script's report: each host and whether its sshd answers on both ports."""
         env = dict(os.environ, HOROVOD_TESTBED_DIR=self.state_dir)
@@ -203,19 +251,24 @@ class Testbed:
             env.pop("SSH_AUTH_SOCK", None)
         return env
 
+    def _daemon_pids(self, name, role):
+        """PIDs recorded for ``role`` on host ``name``, oldest first."""
+        found = []
+        try:
+            with open(os.path.join(self.state_dir, "pids")) as f:
+                for line in f:
+                    who_role, who, pid, _start = line.split()
+                    if who_role == role and who == name:
+                        found.append(int(pid))
+        except FileNotFoundError:
+            pass
+        return found
+
     def sshd_pid(self, index):
         """PID of host ``index``'s sshd (the listener; its sessions are its children)."""
         name, _ = self.host(index)
-        found = None
-        try:
-            with open(os.path.join(self.state_dir, "pids")) as f:
-                # The last line of a host is its current sshd (earlier ones: sshds that were replaced).
-                for line in f:
-                    role, who, pid, _start = line.split()
-                    if role == "sshd" and who == name:
-                        found = int(pid)
-        except FileNotFoundError:
-            pass
+        # The last line of a host is its current sshd (earlier ones: sshds that were replaced).
+        found = (self._daemon_pids(name, "sshd") or [None])[-1]
         if found is None:
             raise TestbedError(f"no sshd recorded for {name} in {self.state_dir}/pids: is the bed up?")
         return found
@@ -247,17 +300,17 @@ class Testbed:
                               **kwargs)
 
     def pids(self, index):
-        """Live processes in host ``index``'s network namespace other than its sshd: what sessions
-        and tests left behind. Zombies are left out (PID 1 may reap orphans late)."""
+        """Live processes in host ``index``'s network namespace other than its sshd and slurmd:
+        what sessions and tests left behind. Zombies are left out (PID 1 may reap orphans late)."""
         name, _ = self.host(index)
-        sshd = self.sshd_pid(index)
+        daemons = {self.sshd_pid(index), *self._daemon_pids(name, "slurmd")}
         try:
             ns = os.stat(f"/run/netns/{name}")
         except FileNotFoundError:
             return []
         found = []
         for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == sshd:
+            if not entry.isdigit() or int(entry) in daemons:
                 continue
             try:
                 st = os.stat(f"/proc/{entry}/ns/net")
