@@ -17,13 +17,14 @@ from horovod.runner import flight_recorder
 from horovod.runner import gloo_run as gloo_launcher
 from horovod.runner import js_run as js_launcher
 from horovod.runner import mpi_run as mpi_launcher
+from horovod.runner import srun_run as srun_launcher
 from horovod.runner.common.util import config_parser, hosts, secret, timeout
 from horovod.runner.common.util import settings as hvd_settings
 from horovod.runner.http.http_client import put_data_into_kvstore, read_data_from_kvstore
 from horovod.runner.driver import driver_service
 from horovod.runner.http.http_server import KVStoreServer
 from horovod.runner.js_run import is_jsrun_installed
-from horovod.runner.util import cache, lsf, network, remote, threads
+from horovod.runner.util import cache, lsf, network, remote, slurm, threads
 from horovod.runner.common.util import env_names
 
 DEFAULT_START_TIMEOUT_S = 30
@@ -313,7 +314,7 @@ def parse_args(argv=None):
 
     if args.check_build:
         check_build(args.verbose)
-    if args.num_proc is None and not lsf.LSFUtils.using_lsf():
+    if args.num_proc is None and not lsf.LSFUtils.using_lsf() and not slurm.in_allocation():
         parser.error("argument -np/--num-proc is required")
     if args.num_proc is not None and args.num_proc < 1:
         parser.error("argument -np/--num-proc must be at least 1, got %d" % args.num_proc)
@@ -413,18 +414,40 @@ def _run(args):
     # An empty collection of interfaces restricts nothing, as None does.
     args.nics = set(args.nics) if getattr(args, "nics", None) else None
     in_lsf_job = lsf.LSFUtils.using_lsf()
+    in_slurm_job = not in_lsf_job and slurm.in_allocation()
+    args.slurm_allocation = None
     if not args.hosts and not args.host_discovery_script:
         if args.hostfile:
             args.hosts = hosts.parse_host_files(args.hostfile)
         elif in_lsf_job:
             args.hosts = lsf.LSFUtils.get_hosts_argument()
+        elif in_slurm_job:
+            args.slurm_allocation = _slurm_hosts(args)
         else:
             args.hosts = "localhost:%d" % args.num_proc
-    if args.num_proc is None and in_lsf_job and args.hosts:
+    if args.num_proc is None and (in_lsf_job or in_slurm_job) and args.hosts:
         args.num_proc = sum(hosts.parse_hosts_and_slots(args.hosts)[1].values())
     if _is_elastic(args):
+        if args.slurm_allocation is not None:
+            raise ValueError("elastic mode inside a Slurm allocation is not supported yet; give "
+                             "--host-discovery-script (or -H) to run it over ssh")
         return _run_elastic(args)
     return _run_static(args)
+
+
+def _slurm_hosts(args):
+    """Sets ``args.hosts`` to the Slurm allocation's nodes and slots; returns the
+    :class:`~horovod.runner.util.slurm.Allocation`. Raises ``ValueError`` when ``-np`` asks for
+    more slots than were allocated."""
+    allocation = slurm.allocation()
+    if args.verbose:
+        print("Hosts from the Slurm allocation: %s" % allocation.describe(), flush=True)
+    if args.num_proc is not None and args.num_proc > allocation.total_slots:
+        raise ValueError("-np %d is more than the allocation holds: %s; ask salloc/sbatch for more "
+                         "tasks (--ntasks, --ntasks-per-node), lower -np, or give the hosts with -H"
+                         % (args.num_proc, allocation.describe()))
+    args.hosts = allocation.hosts_argument()
+    return allocation
 
 
 def _run_elastic(args):
@@ -534,7 +557,9 @@ def _run_static(args):
     # themselves, so the interface probe is skipped there, as upstream does.
     mpi_in_lsf_job = lsf.LSFUtils.using_lsf() and not is_gloo_used(args.use_gloo, args.use_mpi,
                                                                    args.use_jsrun)
-    if remote_host_names and not _started_by_jsrun(args):
+    # srun (or mpirun, which uses srun inside an allocation) starts the ranks there: no ssh.
+    slurm_allocation = getattr(args, "slurm_allocation", None)
+    if remote_host_names and not _started_by_jsrun(args) and slurm_allocation is None:
         if settings.verbose >= 2:
             print("Checking ssh on all remote hosts.", flush=True)
         if not _check_all_hosts_ssh_successful(remote_host_names, args.ssh_port,
@@ -548,7 +573,12 @@ def _run_static(args):
         if settings.verbose >= 2:
             print("SSH was successful into all the remote hosts.", flush=True)
 
-    if mpi_in_lsf_job:
+    if slurm_allocation is not None:
+        nics = args.nics
+        driver_ip = _address_towards(nics, remote_host_names, resolve=slurm.node_address)
+        if settings.verbose >= 2:
+            print("Ranks reach this host's rendezvous at %s" % driver_ip, flush=True)
+    elif mpi_in_lsf_job:
         nics = args.nics
         # Only function mode needs this host's address: its workers fetch the function from it.
         driver_ip = (_address_towards(nics, remote_host_names) if args.run_func is not None
@@ -596,6 +626,14 @@ def _launch_job(args, settings, nics, driver_ip, command):
     env = os.environ.copy()
     config_parser.set_env_from_args(env, args)
     all_host_names, _ = hosts.parse_hosts_and_slots(settings.hosts)
+    slurm_allocation = getattr(args, "slurm_allocation", None)
+    if slurm_allocation is not None and not (args.use_mpi or args.use_jsrun):
+        if not gloo_built(verbose=bool(settings.verbose)):
+            raise ValueError(GLOO_NOT_BUILT)
+        # Ranks on the nodes write their flight recorder files there; only this host's are read.
+        with flight_recorder.recorded_job(env, settings, []):
+            srun_launcher.srun_run(settings, nics, env, driver_ip, command, slurm_allocation)
+        return
     # When the job fails, the ranks' flight recorder files are gathered and a diagnosis printed.
     with flight_recorder.recorded_job(env, settings, network.filter_local_addresses(all_host_names)):
         run_controller(args.use_gloo,
@@ -642,15 +680,15 @@ def _started_by_jsrun(args):
     return mpi_built() and lsf.LSFUtils.using_lsf() and is_jsrun_installed()
 
 
-def _address_towards(nics, remote_host_names):
+def _address_towards(nics, remote_host_names, resolve=network.resolve_host_address):
     """This host's IPv4 address for the workers to reach (function mode without the probe): the
     first address on ``nics`` when given, else the source address of the route to the first
-    remote host, else loopback when every host is this one."""
+    remote host (its address from ``resolve(name)``), else loopback when every host is this one."""
     if nics:
         return network.get_driver_ip(sorted(nics))
     if not remote_host_names:
         return network.LOOPBACK_ADDRESS
-    target = network.resolve_host_address(remote_host_names[0])
+    target = resolve(remote_host_names[0])
     if target is None:
         raise RuntimeError("cannot resolve host %s; give this host's interface with "
                            "--network-interfaces" % remote_host_names[0])
