@@ -14,7 +14,7 @@ and hvd-h2, 2 CPUs each; ``Testbed.slurm_env()`` for the clients), started on fi
 stopped at the end of the session whatever HOROVOD_TESTBED_KEEP says, so that no Slurm daemon
 outlives the session that holds the bed; skips where Slurm or munge is not installed.
 
-After each test that uses ``testbed``, no process may remain in a host besides its sshd: the test
+After each test that uses ``testbed``, no process may remain in a host besides its sshd (and slurmd): the test
 errors at teardown (after the leftovers are killed) unless it carries
 ``@pytest.mark.testbed_leftovers_allowed``.
 """
