@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from horovod.runner import launch
 from horovod.runner.util import slurm
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "docs" / "examples"
@@ -196,6 +197,22 @@ def test_horovodrun_in_salloc_places_ranks_on_the_allocated_nodes(slurm_bed, tmp
         assert (r["local_rank"], r["cross_rank"]) == (rank % 2, node - 1), r
         assert r["slurm_step"] is not None and r["iface"] == "hvdbr0", r
         assert r["allreduce_ok"], r
+
+
+def test_horovodrun_mpi_in_salloc_starts_mpirun_within_the_allocation(slurm_bed, tmp_path):
+    if not launch.mpi_built():
+        pytest.skip("horovod-core was built without MPI")
+    worker = tmp_path / "topology.py"
+    worker.write_text(TOPOLOGY_WORKER)
+    run = _run(slurm_bed, ["salloc", "-N2", "--ntasks-per-node=2", *HOROVODRUN, "--mpi",
+                           sys.executable, str(worker)], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    # Open MPI's mpirun starts its daemons on the nodes with srun: the ranks run in a Slurm step.
+    results = _results(re.sub(r"^\[1,(\d+)\]", r"[\1]", run.stdout, flags=re.M))
+    assert sorted(results) == [0, 1, 2, 3], run.stdout
+    for rank, r in results.items():
+        assert r["hostname"] == "hvd-h%d" % (1 + rank // 2) and r["local_rank"] == rank % 2, r
+        assert r["slurm_step"] is not None and r["allreduce_ok"], r
 
 
 def test_fewer_ranks_than_slots_use_the_first_nodes(slurm_bed, tmp_path):

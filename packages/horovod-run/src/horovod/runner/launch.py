@@ -577,7 +577,7 @@ def _run_static(args):
         nics = args.nics
         driver_ip = _address_towards(nics, remote_host_names, resolve=slurm.node_address)
         if settings.verbose >= 2:
-            print("Ranks reach this host's rendezvous at %s" % driver_ip, flush=True)
+            print("This host's address towards the allocated nodes: %s" % driver_ip, flush=True)
     elif mpi_in_lsf_job:
         nics = args.nics
         # Only function mode needs this host's address: its workers fetch the function from it.
