@@ -182,8 +182,11 @@ def test_horovodrun_in_salloc_places_ranks_on_the_allocated_nodes(slurm_bed, tmp
     worker = tmp_path / "topology.py"
     worker.write_text(TOPOLOGY_WORKER)
     run = _run(slurm_bed, ["salloc", "-N2", "--ntasks-per-node=2", *HOROVODRUN, "--verbose",
-                           sys.executable, str(worker)], tmp_path)
+                           "--output-filename", "logs", sys.executable, str(worker)], tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
+    # Each node wrote its ranks' raw output into the directory named relative to the launcher.
+    for rank in range(4):
+        assert (tmp_path / "logs" / ("rank.%d" % rank) / "stdout").read_text().startswith("RESULT "), rank
     assert re.search(r"Hosts from the Slurm allocation: Slurm job \d+ has 4 slot\(s\) on 2 node\(s\): "
                      r"hvd-h1:2,hvd-h2:2 \(from SLURM_JOB_NODELIST=hvd-h\[1-2\], "
                      r"SLURM_TASKS_PER_NODE=2\(x2\)\)", run.stdout), run.stdout

@@ -27,12 +27,12 @@ import threading
 import time
 
 from horovod.runner.common.util import env_names, hosts, safe_shell_exec, secret
-from horovod.runner.gloo_run import (JOB_FAILED_MESSAGE, _say, create_run_env_vars,
+from horovod.runner.gloo_run import (JOB_FAILED_MESSAGE, _pad_rank, _say, create_run_env_vars,
                                      create_slot_env_vars, describe_exit_code, register_shutdown_event)
 
 SLOTS_VAR = "HOROVOD_SRUN_SLOTS"        # JSON: {"<node>": [[rank, local, local_size, cross, cross_size], ...]}
 COMMAND_VAR = "HOROVOD_SRUN_COMMAND"    # JSON: the command, a list or one shell string
-OPTIONS_VAR = "HOROVOD_SRUN_OPTIONS"    # JSON: {"timestamp": bool}
+OPTIONS_VAR = "HOROVOD_SRUN_OPTIONS"    # JSON: {"timestamp": bool, "output_filename": str or None}
 EXIT_SCOPE = "horovodrun_exit"
 
 
@@ -68,7 +68,9 @@ def srun_run(settings, nics, env, server_ip, command, allocation):
     Args:
         settings: a :class:`~horovod.runner.common.util.settings.Settings` (``hosts``: the
             allocation's nodes and slots as ``-H`` takes them, ``num_proc``, ``key``,
-            ``verbose``, ``prefix_output_with_timestamp``).
+            ``verbose``, ``prefix_output_with_timestamp``, ``output_filename``: a directory
+            that each rank's node writes ``rank.<r>/stdout`` and ``stderr`` into, so one that
+            the nodes share with this host).
         nics: interface names for Gloo (the first) and NCCL, or None/empty: each node then uses
             its interface towards ``server_ip``.
         env: the launcher's environment for the step (a mapping); srun passes it to the ranks.
@@ -105,7 +107,9 @@ def srun_run(settings, nics, env, server_ip, command, allocation):
         step_env[secret.HOROVOD_SECRET_KEY] = rendezvous.secret.hex()
         step_env[SLOTS_VAR] = json.dumps(_slot_table(slots))
         step_env[COMMAND_VAR] = json.dumps(command)
-        step_env[OPTIONS_VAR] = json.dumps({"timestamp": bool(settings.prefix_output_with_timestamp)})
+        output_filename = os.path.abspath(settings.output_filename) if settings.output_filename else None
+        step_env[OPTIONS_VAR] = json.dumps({"timestamp": bool(settings.prefix_output_with_timestamp),
+                                            "output_filename": output_filename})
         step_env["PYTHONUNBUFFERED"] = "1"
         argv = srun_command(slots, allocation.nodes)
         if settings.verbose:
@@ -195,12 +199,21 @@ def main():
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, lambda signum, frame: stop.set())
+    raw = []
     try:
+        if options.get("output_filename"):
+            rank_dir = os.path.join(options["output_filename"], "rank.%s" % _pad_rank(rank, slot.size))
+            os.makedirs(rank_dir, exist_ok=True)
+            raw = [open(os.path.join(rank_dir, name), "w", encoding="utf-8") for name in ("stdout", "stderr")]
         code = safe_shell_exec.execute(command, env=env, index=rank, events=[stop],
-                                       prefix_output_with_timestamp=options.get("timestamp", False))
+                                       prefix_output_with_timestamp=options.get("timestamp", False),
+                                       raw_stdout=raw[0] if raw else None, raw_stderr=raw[1] if raw else None)
     except OSError as e:
         print("horovodrun: node %s cannot start %s: %s" % (node, command, e), file=sys.stderr, flush=True)
         code = 127
+    finally:
+        for f in raw:
+            f.close()
     if code != 0 and not stop.is_set():
         _report_exit(env, rank, code)
     sys.stdout.flush()
