@@ -319,3 +319,24 @@ def test_scancel_stops_every_rank_on_every_node(slurm_bed, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_function_mode_inside_an_allocation(slurm_bed, tmp_path):
+    script = tmp_path / "func.py"
+    script.write_text(textwrap.dedent("""
+        import socket
+        import horovod.runner
+
+        def where():
+            import os
+            return (int(os.environ["HOROVOD_RANK"]), socket.gethostname(), os.environ.get("SLURM_STEP_ID"))
+
+        print("RESULTS", horovod.runner.run(where, num_proc=4, use_gloo=True))
+    """))
+    run = _run(slurm_bed, ["salloc", "-N2", "--ntasks-per-node=2", sys.executable, str(script)], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    line = [line for line in run.stdout.splitlines() if line.startswith("RESULTS ")][-1]
+    results = eval(line[len("RESULTS "):])  # noqa: S307 - a list of tuples printed by the test's own script
+    assert [(rank, host) for rank, host, _ in results] == [
+        (0, "hvd-h1"), (1, "hvd-h1"), (2, "hvd-h2"), (3, "hvd-h2")], run.stdout
+    assert all(step is not None for _, _, step in results), results
