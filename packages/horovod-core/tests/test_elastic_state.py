@@ -153,6 +153,31 @@ def test_run_fn_restores_and_retries_after_internal_error():
     assert state.events == ['sync', 'restore', 'reset', 'sync']
 
 
+def test_run_fn_recovers_from_a_peer_lost_during_the_sync():
+    # The broadcast of rank 0's state after a reset fails when a peer dies meanwhile: the worker
+    # restores, resets and syncs again instead of exiting.
+    syncs = []
+
+    class FailingSyncState(RecordingState):
+        def sync(self):
+            syncs.append(1)
+            if len(syncs) == 2:
+                self.events.append('sync failed')
+                raise HorovodInternalError('peer lost during the broadcast')
+            super().sync()
+
+    def train(state):
+        if len(syncs) == 1:
+            raise HostsUpdatedInterrupt(skip_sync=False)
+        return 'done'
+
+    resets = []
+    state = FailingSyncState()
+    assert run_fn(train, lambda: resets.append(1))(state) == 'done'
+    assert resets == [1, 1]
+    assert state.events == ['sync', 'reset', 'sync failed', 'restore', 'reset', 'sync']
+
+
 def test_run_fn_skips_sync_when_hosts_were_only_removed():
     outcomes = [HostsUpdatedInterrupt(skip_sync=True), HostsUpdatedInterrupt(skip_sync=False), None]
 

@@ -170,7 +170,8 @@ def run_fn(func, reset):
     Returns:
         ``wrapper(state, *args, **kwargs)`` returning what ``func`` returns. Before each attempt
         the state is synchronised from rank 0, except after a ``HostsUpdatedInterrupt`` with
-        ``skip_sync``. After ``HorovodInternalError`` the state is restored to its last commit.
+        ``skip_sync``. After ``HorovodInternalError`` (from ``func`` or from the sync) the state
+        is restored to its last commit, Horovod is reset and the attempt starts again.
         When the elastic launcher removed this worker's slot, the re-initialisation raises
         ``WorkerRemovedError`` and the process exits with status 0 after one line on stderr.
         Other exceptions propagate.
@@ -182,9 +183,11 @@ def run_fn(func, reset):
         skip_sync = False
         try:
             while True:
-                if not skip_sync:
-                    state.sync()
                 try:
+                    # The sync is inside: a peer lost while rank 0's state is broadcast after a
+                    # reset is one more failure to recover from, not the end of this worker.
+                    if not skip_sync:
+                        state.sync()
                     return func(state, *args, **kwargs)
                 except HorovodInternalError:
                     state.restore()
