@@ -156,7 +156,10 @@ def _two_by_two(bed):
     return "%s:2,%s:2" % (_addr(bed, 1), _addr(bed, 2))
 
 
-def _check_topology(bed, results, ssh_port=22, controller="gloo"):
+def _check_topology(bed, results, ssh_port=22, controller="gloo", launched_on_host_1=None):
+    """Ranks 0 and 1 on host 1, ranks 2 and 3 on host 2, each in the session of its host's sshd
+    on ``ssh_port``. With ``launched_on_host_1`` (the two hosts as the job named them), the
+    launcher ran on host 1 and started its ranks there itself, without ssh."""
     assert sorted(results) == [0, 1, 2, 3], results
     for rank, r in results.items():
         host = 1 + rank // 2
@@ -167,34 +170,15 @@ def _check_topology(bed, results, ssh_port=22, controller="gloo"):
         assert r["leaks"] == [], "the job secret is on the command line of %s" % r["leaks"]
         assert r["cwd"] == os.getcwd()
         assert r["controller"] == controller
-        # The worker runs in the session of the host's sshd on the port asked for.
-        server_ip, server_port = r["ssh_connection"].split()[2:4]
-        assert (server_ip, int(server_port)) == (_addr(bed, host), ssh_port), r
-        if controller == "gloo":
-            assert r["horovod_hostname"] == _addr(bed, host)
-            assert r["iface"] == bed.interface
-            assert r["stats"]["hosts"] == 2, r["stats"]
-
-
-def _check_launch_from_host_1(bed, results, host_names, controller):
-    """Ranks 0 and 1 on host 1, where the launcher runs (started by it, not over ssh), and ranks
-    2 and 3 on host 2 (over ssh); ``host_names``: the two hosts as the job named them."""
-    assert sorted(results) == [0, 1, 2, 3], results
-    for rank, r in results.items():
-        host = 1 + rank // 2
-        assert r["size"] == 4 and r["allreduce_ok"], r
-        assert r["hostname"] == _name(bed, host), r
-        assert (r["local_rank"], r["local_size"]) == (rank % 2, 2), r
-        assert (r["cross_rank"], r["cross_size"]) == (rank // 2, 2), r
-        assert r["leaks"] == [], "the job secret is on the command line of %s" % r["leaks"]
-        assert r["controller"] == controller
-        if host == 1:
+        if launched_on_host_1 and host == 1:
             assert r["ssh_connection"] is None, r
         else:
-            assert r["ssh_connection"].split()[2] == _addr(bed, 2), r
+            server_ip, server_port = r["ssh_connection"].split()[2:4]
+            assert (server_ip, int(server_port)) == (_addr(bed, host), ssh_port), r
         if controller == "gloo":
-            assert r["horovod_hostname"] == host_names[host - 1], r
-            assert r["iface"] == bed.interface, r
+            named = launched_on_host_1[host - 1] if launched_on_host_1 else _addr(bed, host)
+            assert r["horovod_hostname"] == named, r
+            assert r["iface"] == bed.interface
             assert r["stats"]["hosts"] == 2, r["stats"]
 
 
@@ -505,7 +489,8 @@ def test_launch_from_one_of_the_hosts(bed, topology_worker, tmp_path, naming, co
         results = _results(re.sub(r"^\[1,(\d+)\]", r"[\1]", run.stdout, flags=re.M))
     else:
         results = _results(run.stdout)
-    _check_launch_from_host_1(bed, results, [first, _addr(bed, 2)], controller)
+    _check_topology(bed, results, controller=controller,
+                    launched_on_host_1=[first, _addr(bed, 2)])
 
 
 # horovod.runner.launch._run (compat_internals.md §2) with 127.0.0.1's twin, host 1's own address,
