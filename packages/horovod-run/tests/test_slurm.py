@@ -1,9 +1,9 @@
 """Slurm (issue 39): the allocation horovod.runner.util.slurm reads, and horovodrun inside a real
 Slurm allocation on the test bed, its ranks started by srun.
 
-The bed's Slurm mode (``ci/testbed.sh slurm-up``, the ``slurm_testbed`` session fixture) runs a
+The bed's Slurm mode (``ci/testbed.sh slurm-up``, the ``slurm_testbed`` module fixture) runs a
 real slurmctld at 198.18.0.254 and a real slurmd on hosts hvd-h1 and hvd-h2 (2 CPUs each), brought
-up once per session and stopped at its end. ``salloc`` and ``sbatch`` are run from the root
+up once for this module and stopped at its end. ``salloc`` and ``sbatch`` are run from the root
 namespace like a login node; the launcher there reads the allocation and starts one srun step.
 After every test, conftest checks that nothing of the job is left on the hosts.
 """

@@ -9,10 +9,11 @@ bed up after the session (the next session finds it up and starts at once). One 
 time holds the bed: the fixture takes an exclusive lock on /run/lock/horovod-testbed.lock (waiting
 for another session, in another checkout, to finish with it) and keeps it until the session ends.
 
-``slurm_testbed``: a session fixture, the bed with a Slurm cluster on hosts 1 and 2 (nodes hvd-h1
-and hvd-h2, 2 CPUs each; ``Testbed.slurm_env()`` for the clients), started on first use and
-stopped at the end of the session whatever HOROVOD_TESTBED_KEEP says, so that no Slurm daemon
-outlives the session that holds the bed; skips where Slurm or munge is not installed.
+``slurm_testbed``: a module fixture, the bed with a Slurm cluster on hosts 1 and 2 (nodes hvd-h1
+and hvd-h2, 2 CPUs each; ``Testbed.slurm_env()`` for the clients), started on first use in a test
+module and stopped at that module's end whatever HOROVOD_TESTBED_KEEP says, so that the other
+modules' tests find hosts that run only their sshd and no Slurm daemon outlives the session that
+holds the bed; skips where Slurm or munge is not installed.
 
 After each test that uses ``testbed``, no process may remain in a host besides its sshd (and slurmd): the test
 errors at teardown (after the leftovers are killed) unless it carries
@@ -84,7 +85,7 @@ def _testbed_session():
             bed.down()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slurm_testbed(testbed):
     try:
         testbed.slurm_up(SLURM_NODES)
