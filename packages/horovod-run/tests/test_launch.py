@@ -8,8 +8,9 @@ import sys
 import textwrap
 import time
 
-import psutil
 import pytest
+
+from horovod_testing.processes import wait_gone
 
 LAUNCH_TIMEOUT_S = 120
 
@@ -108,18 +109,6 @@ def _read_pids(proc, num_proc, timeout_s=60):
     return pids
 
 
-def _wait_gone(pid, timeout_s=10):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_two_workers_environment_output_and_rendezvous(tmp_path):
     worker = _script(tmp_path, "w.py", ENV_WORKER)
     run = _horovodrun(["-np", "2", sys.executable, worker])
@@ -201,7 +190,7 @@ def test_worker_exit_code_fails_job_and_stops_others(tmp_path):
     assert "Terminating remaining workers after failure of Process 0." in run.stdout
     assert "one or more processes exited with non-zero status" in run.stderr
     assert "Process name: 0\nExit code: 3" in run.stderr
-    assert _wait_gone(_pids(run.stdout, [1])[1])
+    assert wait_gone(_pids(run.stdout, [1])[1])
 
 
 def test_killed_worker_reported_as_137(tmp_path):
@@ -210,7 +199,7 @@ def test_killed_worker_reported_as_137(tmp_path):
     assert run.returncode != 0
     assert "Process 1 exit with status code 137." in run.stdout
     assert "Process name: 1\nExit code: 137" in run.stderr
-    assert _wait_gone(_pids(run.stdout, [0])[0])
+    assert wait_gone(_pids(run.stdout, [0])[0])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -231,7 +220,7 @@ def test_signal_to_horovodrun_stops_workers(tmp_path, sig):
     assert proc.returncode != 0
     assert "horovodrun: error" in err
     for pid in pids.values():
-        assert _wait_gone(pid)
+        assert wait_gone(pid)
 
 
 def test_output_filename_writes_raw_rank_files(tmp_path):
@@ -322,7 +311,7 @@ def test_workers_stopped_when_horovodrun_is_killed(tmp_path):
             proc.kill()
             proc.wait()
     for pid in pids.values():
-        assert _wait_gone(pid, timeout_s=15)
+        assert wait_gone(pid, timeout_s=15)
 
 
 def test_gloo_run_in_process_with_minimal_settings(capfd):

@@ -15,6 +15,7 @@ from horovod.runner.common.service.task_service import (
     BasicTaskClient, BasicTaskService, CommandOutputNotCaptured, RunCommandRequest)
 from horovod.runner.common.util import network, secret
 from horovod.runner.common.util.timeout import Timeout, TimeoutException
+from horovod_testing.processes import wait_gone
 
 NAME = "test task service"
 # Upper bound for anything that should finish; a broken service fails the test, never hangs it.
@@ -93,19 +94,6 @@ def _python(script):
     return [sys.executable, "-c", script]
 
 
-def _gone(pid):
-    """The process has exited (a zombie not yet reaped by its new parent counts as gone)."""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def _start_sleeper(client):
     """Run SLEEPER with its stdout streamed back; return (pids, stdout thread)."""
     out = _Text()
@@ -164,7 +152,7 @@ def test_abort_stops_the_command_and_its_children(task):
     assert not client.command_terminated()
     client.abort_command()
     assert _bounded(client.wait_for_command_exit_code, 0.1) == 128 + 15  # SIGTERM
-    assert all(_gone(pid) for pid in pids)
+    assert all(wait_gone(pid, timeout_s=5) for pid in pids)
     stdout_thread.join(BOUND_S)
     assert not stdout_thread.is_alive() and stdout_thread.exception is None
     _bounded(client.wait_for_command_termination, 0.1)
@@ -183,7 +171,7 @@ def test_shutdown_stops_a_running_command_and_leaves_no_thread(task):
     service, client = task()
     pids, stdout_thread = _start_sleeper(client)
     _bounded(service.shutdown)
-    assert all(_gone(pid) for pid in pids)
+    assert all(wait_gone(pid, timeout_s=5) for pid in pids)
     assert service.command_exit_code() == 128 + 15
     stdout_thread.join(BOUND_S)
     assert not stdout_thread.is_alive()
