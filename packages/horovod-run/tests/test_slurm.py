@@ -181,7 +181,7 @@ def test_bed_runs_a_step_on_both_nodes(slurm_bed, tmp_path):
 def test_horovodrun_in_salloc_places_ranks_on_the_allocated_nodes(slurm_bed, tmp_path):
     worker = tmp_path / "topology.py"
     worker.write_text(TOPOLOGY_WORKER)
-    run = _run(slurm_bed, ["salloc", "-N2", "--ntasks-per-node=2", *HOROVODRUN, "--verbose",
+    run = _run(slurm_bed, ["salloc", "-N2", "--ntasks-per-node=2", *HOROVODRUN, "--gloo", "--verbose",
                            "--output-filename", "logs", sys.executable, str(worker)], tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     # Each node wrote its ranks' raw output into the directory named relative to the launcher.
@@ -221,7 +221,7 @@ def test_horovodrun_mpi_in_salloc_starts_mpirun_within_the_allocation(slurm_bed,
 def test_fewer_ranks_than_slots_use_the_first_nodes(slurm_bed, tmp_path):
     worker = tmp_path / "topology.py"
     worker.write_text(TOPOLOGY_WORKER)
-    run = _run(slurm_bed, ["salloc", "-N2", "--ntasks-per-node=2", *HOROVODRUN, "-np", "3",
+    run = _run(slurm_bed, ["salloc", "-N2", "--ntasks-per-node=2", *HOROVODRUN, "--gloo", "-np", "3",
                            sys.executable, str(worker)], tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     results = _results(run.stdout)
@@ -242,7 +242,7 @@ def test_killed_rank_ends_the_step_naming_rank_and_node(slurm_bed, tmp_path):
     worker = tmp_path / "killed.py"
     worker.write_text(KILLED_WORKER)
     start = time.monotonic()
-    run = _run(slurm_bed, ["salloc", "-N2", "--ntasks-per-node=2", *HOROVODRUN,
+    run = _run(slurm_bed, ["salloc", "-N2", "--ntasks-per-node=2", *HOROVODRUN, "--gloo",
                            sys.executable, str(worker)], tmp_path)
     assert run.returncode != 0, run.stdout + run.stderr
     assert "Process name: 3\nExit code: 137 (SIGKILL)\nHost: hvd-h2" in run.stderr, run.stderr
@@ -256,7 +256,7 @@ def test_digits_example_trains_in_an_sbatch_job(slurm_bed, tmp_path):
     script.write_text(textwrap.dedent(f"""\
         #!/bin/sh
         #SBATCH --nodes=2 --ntasks-per-node=2 --output={tmp_path}/job.out
-        exec {" ".join(HOROVODRUN)} {sys.executable} {EXAMPLES / "pytorch" / "pytorch_digits.py"} \\
+        exec {" ".join(HOROVODRUN)} --gloo {sys.executable} {EXAMPLES / "pytorch" / "pytorch_digits.py"} \\
             --checkpoint {tmp_path / "digits.pt"}
         """))
     submitted = _run(slurm_bed, ["sbatch", "--parsable", str(script)], tmp_path, timeout=30)
@@ -292,7 +292,8 @@ def test_explicit_hosts_win_over_the_allocation(slurm_bed, tmp_path):
 def test_scancel_stops_every_rank_on_every_node(slurm_bed, tmp_path):
     worker = tmp_path / "looping.py"
     worker.write_text(LOOPING_WORKER)
-    proc = subprocess.Popen(["salloc", "-N2", "--ntasks-per-node=2", *HOROVODRUN, sys.executable, str(worker)],
+    proc = subprocess.Popen(["salloc", "-N2", "--ntasks-per-node=2", *HOROVODRUN, "--gloo", sys.executable,
+                             str(worker)],
                             env=slurm_bed.slurm_env(), cwd=tmp_path, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

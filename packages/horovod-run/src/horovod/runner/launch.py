@@ -627,18 +627,19 @@ def _launch_job(args, settings, nics, driver_ip, command):
     config_parser.set_env_from_args(env, args)
     all_host_names, _ = hosts.parse_hosts_and_slots(settings.hosts)
     slurm_allocation = getattr(args, "slurm_allocation", None)
-    if slurm_allocation is not None and not (args.use_mpi or args.use_jsrun):
-        if not gloo_built(verbose=bool(settings.verbose)):
-            raise ValueError(GLOO_NOT_BUILT)
-        # Ranks on the nodes write their flight recorder files there; only this host's are read.
-        with flight_recorder.recorded_job(env, settings, []):
+    if slurm_allocation is not None:
+        # Inside a Slurm allocation the Gloo ranks start as one srun step instead of over ssh.
+        def gloo_run():
             srun_launcher.srun_run(settings, nics, env, driver_ip, command, slurm_allocation)
-        return
+        # Ranks on the nodes write their flight recorder files there (no ssh to gather them).
+        gathered_from = []
+    else:
+        def gloo_run():
+            gloo_launcher.gloo_run(settings, nics, env, driver_ip, command)
+        gathered_from = network.filter_local_addresses(all_host_names)
     # When the job fails, the ranks' flight recorder files are gathered and a diagnosis printed.
-    with flight_recorder.recorded_job(env, settings, network.filter_local_addresses(all_host_names)):
-        run_controller(args.use_gloo,
-                       lambda: gloo_launcher.gloo_run(settings, nics, env, driver_ip, command),
-                       args.use_mpi,
+    with flight_recorder.recorded_job(env, settings, gathered_from):
+        run_controller(args.use_gloo, gloo_run, args.use_mpi,
                        lambda: mpi_launcher.mpi_run(settings, nics, _mpi_worker_env(env, settings),
                                                     command),
                        args.use_jsrun,
@@ -672,12 +673,8 @@ def _mpi_worker_env(env, settings):
 
 
 def _started_by_jsrun(args):
-    """True when :func:`run_controller` will hand the job to jsrun (the same rule)."""
-    if args.use_jsrun:
-        return True
-    if args.use_gloo or args.use_mpi:
-        return False
-    return mpi_built() and lsf.LSFUtils.using_lsf() and is_jsrun_installed()
+    """True when :func:`run_controller` will hand the job to jsrun."""
+    return _controller(args.use_gloo, args.use_mpi, args.use_jsrun) == "jsrun"
 
 
 def _address_towards(nics, remote_host_names, resolve=network.resolve_host_address):
@@ -716,36 +713,34 @@ def is_gloo_used(use_gloo=None, use_mpi=None, use_jsrun=None):
     return bool(use_gloo or (not use_mpi and not use_jsrun and not mpi_built()))
 
 
-def run_controller(use_gloo, gloo_run, use_mpi, mpi_run, use_jsrun, js_run, verbosity):
-    """Call ``gloo_run``, ``mpi_run`` or ``js_run`` (no arguments) as the flags and build allow.
-
-    An explicit flag needs its support built; without a flag MPI is preferred when built (jsrun
-    inside an LSF job), else Gloo. Raises ``ValueError`` naming what is missing.
-    """
-    verbose = verbosity is not None and verbosity >= 2
+def _controller(use_gloo, use_mpi, use_jsrun, verbose=False):
+    """``"gloo"``, ``"mpi"`` or ``"jsrun"``: the launcher the flags and the build choose. An
+    explicit flag needs its support built; without a flag MPI is preferred when built (jsrun
+    inside an LSF job with jsrun on PATH), else Gloo. Raises ``ValueError`` naming what is
+    missing."""
     if use_gloo:
         if not gloo_built(verbose=verbose):
             raise ValueError(GLOO_NOT_BUILT)
-        gloo_run()
-    elif use_mpi:
+        return "gloo"
+    if use_mpi or use_jsrun:
         if not mpi_built(verbose=verbose):
             raise ValueError(MPI_NOT_BUILT)
-        mpi_run()
-    elif use_jsrun:
-        if not mpi_built(verbose=verbose):
-            raise ValueError(MPI_NOT_BUILT)
-        if not lsf.LSFUtils.using_lsf():
+        if use_jsrun and not lsf.LSFUtils.using_lsf():
             raise ValueError(NO_LSF_JOB)
-        js_run()
-    elif mpi_built(verbose=verbose):
-        if lsf.LSFUtils.using_lsf() and is_jsrun_installed():
-            js_run()
-        else:
-            mpi_run()
-    elif gloo_built(verbose=verbose):
-        gloo_run()
-    else:
-        raise ValueError(NOTHING_BUILT)
+        return "jsrun" if use_jsrun else "mpi"
+    if mpi_built(verbose=verbose):
+        return "jsrun" if lsf.LSFUtils.using_lsf() and is_jsrun_installed() else "mpi"
+    if gloo_built(verbose=verbose):
+        return "gloo"
+    raise ValueError(NOTHING_BUILT)
+
+
+def run_controller(use_gloo, gloo_run, use_mpi, mpi_run, use_jsrun, js_run, verbosity):
+    """Call ``gloo_run``, ``mpi_run`` or ``js_run`` (no arguments), the one :func:`_controller`
+    chooses for the flags and the build. Raises ``ValueError`` naming what is missing."""
+    verbose = verbosity is not None and verbosity >= 2
+    launchers = {"gloo": gloo_run, "mpi": mpi_run, "jsrun": js_run}
+    launchers[_controller(use_gloo, use_mpi, use_jsrun, verbose)]()
 
 
 def run_commandline():
