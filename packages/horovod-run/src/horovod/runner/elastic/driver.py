@@ -365,13 +365,13 @@ class ElasticDriver:
                 if any(self._host_manager.is_blacklisted(s.hostname) for s in new):
                     return False  # a standby worker failed: _run_worker blacklisted its host
                 gone = sorted({host for host, slot in old if (host, slot) not in self._alive})
-                late = ["%s[%d]" % (s.hostname, s.local_rank) for s in new
+                late = [(s.hostname, s.local_rank) for s in new
                         if (s.hostname, s.local_rank) not in self._standby_waiting]
                 if gone or time.monotonic() >= deadline:
                     break
                 if not said:
                     self._say("waiting for the new workers %s to ask for their rank"
-                              % ", ".join(late))
+                              % ", ".join("%s[%d]" % key for key in late))
                     said = True
                 self._standby_cond.wait(min(1.0, max(deadline - time.monotonic(), 0.05)))
         if gone:
@@ -379,7 +379,7 @@ class ElasticDriver:
                 self._say("blacklisting host %s: a worker there exited during the reset" % host)
                 self._host_manager.blacklist(host)
         else:
-            for host in sorted({name.rpartition("[")[0] for name in late}):
+            for host in sorted({host for host, _ in late}):
                 self._say("blacklisting host %s: its new workers did not ask for their rank "
                           "within %d s" % (host, self._timeout))
                 self._host_manager.blacklist(host)
