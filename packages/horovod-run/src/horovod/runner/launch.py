@@ -5,7 +5,6 @@ import hashlib
 import importlib.metadata
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -689,10 +688,7 @@ def _address_towards(nics, remote_host_names, resolve=network.resolve_host_addre
     if target is None:
         raise RuntimeError("cannot resolve host %s; give this host's interface with "
                            "--network-interfaces" % remote_host_names[0])
-    # A UDP socket sends nothing on connect(); the kernel only picks the route and source.
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((target, 9))
-        return s.getsockname()[0]
+    return network.source_address_towards(target)
 
 
 GLOO_NOT_BUILT = ("Gloo support has not been built.  If this is not expected, ensure CMake is "

@@ -27,6 +27,7 @@ import threading
 import time
 
 from horovod.runner.common.util import env_names, hosts, safe_shell_exec, secret
+from horovod.runner.util import network
 from horovod.runner.gloo_run import (JOB_FAILED_MESSAGE, _pad_rank, _say, create_run_env_vars,
                                      create_slot_env_vars, describe_exit_code, register_shutdown_event)
 
@@ -146,9 +147,7 @@ def srun_run(settings, nics, env, server_ip, command, allocation):
 def _interface_towards(address):
     """Name of this host's interface whose IPv4 address routes to ``address``; None if unknown."""
     import psutil
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((address, 9))  # sends nothing: picks the route and its source address
-        source = s.getsockname()[0]
+    source = network.source_address_towards(address)
     for name, addrs in psutil.net_if_addrs().items():
         if any(a.family == socket.AF_INET and a.address == source for a in addrs):
             return name

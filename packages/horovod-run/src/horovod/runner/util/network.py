@@ -32,6 +32,15 @@ def filter_local_addresses(all_host_names: Iterable[str]) -> List[str]:
     return [name for name in all_host_names if resolve_host_address(name) not in local]
 
 
+def source_address_towards(address: str) -> str:
+    """This host's IPv4 address from which the kernel routes to ``address`` (an IPv4 address).
+    Nothing is sent: connecting a UDP socket only chooses the route and its source address.
+    Raises ``OSError`` when there is no route."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((address, 9))
+        return s.getsockname()[0]
+
+
 def get_loopback_intfs(nics: Optional[Set[str]] = None) -> List[str]:
     """Names (sorted) of the interfaces holding 127.0.0.1, restricted to ``nics`` unless it is
     None or empty."""
