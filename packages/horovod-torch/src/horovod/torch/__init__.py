@@ -57,6 +57,7 @@ from horovod.torch.mpi_ops import (
 )
 from horovod.torch.optimizer import DistributedOptimizer
 from horovod.torch.sync_batch_norm import SyncBatchNorm
+from horovod.torch.zero import ZeroRedundancyOptimizer
 from horovod.torch import elastic  # noqa: E402,F401  (subpackage: hvd.elastic)
 
 import torch
@@ -100,6 +101,7 @@ __all__ = [
     'synchronize',
     'DistributedOptimizer',
     'SyncBatchNorm',
+    'ZeroRedundancyOptimizer',
 ]
 __all__ += _api.__all__
 

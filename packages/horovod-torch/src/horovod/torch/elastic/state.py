@@ -17,6 +17,7 @@ from horovod.torch.functions import (
     broadcast_parameters,
 )
 from horovod.torch.mpi_ops import rank
+from horovod.torch.zero import ZeroRedundancyOptimizer
 
 
 class StateHandler(object):
@@ -83,6 +84,46 @@ class OptimizerStateHandler(StateHandler):
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
+class ZeroOptimizerStateHandler(StateHandler):
+    """Handles a :class:`~horovod.torch.ZeroRedundancyOptimizer` (global process set only).
+
+    Its state is sharded, and a reset may remove the ranks that held some shards, so a snapshot
+    (``save``, i.e. every ``commit``) gathers the whole state on every rank, in host memory: the
+    snapshot costs what an unsharded optimizer's would. After a reset (:meth:`reset`) the
+    snapshot is loaded again, resharded for the new number of ranks; ``sync`` hands rank 0's
+    snapshot to ranks that joined. The optimizer state therefore returns to the last commit at
+    every reset.
+
+    Raises:
+        ValueError: the optimizer trains on a process set other than the global one (process
+            sets do not survive a reset).
+    """
+
+    def __init__(self, optimizer):
+        if optimizer.process_set.process_set_id != 0:
+            raise ValueError("TorchState handles a ZeroRedundancyOptimizer on the global process set only, "
+                             f"got one on {optimizer.process_set}")
+        super().__init__(optimizer)
+        self._saved = self.value._gathered_state_dict()
+
+    def save(self):
+        self._saved = self.value._gathered_state_dict()
+
+    def restore(self):
+        try:
+            self.value.load_state_dict(copy.deepcopy(self._saved))
+        except (ValueError, RuntimeError):
+            # Horovod is down (a peer failed): reset() reshards once it is back.
+            pass
+
+    def reset(self):
+        self.value.load_state_dict(copy.deepcopy(self._saved))
+
+    def sync(self):
+        self._saved = broadcast_object(self._saved if rank() == 0 else None, root_rank=0)
+        self.value.load_state_dict(copy.deepcopy(self._saved))
+
+
 class SamplerStateHandler(StateHandler):
     """Handles an :class:`ElasticSampler` through its epoch and progress."""
 
@@ -106,6 +147,7 @@ class SamplerStateHandler(StateHandler):
 
 _handler_registry = [
     (torch.nn.Module, ModelStateHandler),
+    (ZeroRedundancyOptimizer, ZeroOptimizerStateHandler),
     (torch.optim.Optimizer, OptimizerStateHandler),
     (ElasticSampler, SamplerStateHandler),
 ]
