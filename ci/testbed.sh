@@ -42,7 +42,7 @@
 # 16818) runs in the host's network namespace and in mount and UTS namespaces of its own
 # (hostname hvd-hK, /etc/hosts bound from /etc/netns/hvd-hK/hosts): not through ip netns exec,
 # whose remounted /sys hides /sys/fs/cgroup, without which slurmd 22.05 does not start. Spool,
-# logs and the controller's state are in $STATE/slurm; proctrack/linuxproc, task/none,
+# logs, each node's TmpFS and the controller's state are in $STATE/slurm; proctrack/linuxproc, task/none,
 # select/cons_tres with CPUs as the resource, ReturnToService=1, one partition "bed".
 #
 # Exit status: 0 done, 1 error, 2 usage, 3 `status` of a bed that is down, 77 this machine cannot
@@ -665,7 +665,7 @@ write_slurm_files() {  # N
   fi
   : >"$SLURM_DIR/nodes"
   for ((k = 1; k <= n; k++)); do
-    mkdir -p "$SLURM_DIR/hvd-h$k/spool"
+    mkdir -p "$SLURM_DIR/hvd-h$k/spool" "$SLURM_DIR/hvd-h$k/tmp"
     echo "hvd-h$k" >>"$SLURM_DIR/nodes"
   done
   {
@@ -685,6 +685,9 @@ write_slurm_files() {  # N
     echo "SlurmdSpoolDir=$SLURM_DIR/%n/spool"
     echo "SlurmdPidFile=$SLURM_DIR/%n/slurmd.pid"
     echo "SlurmdLogFile=$SLURM_DIR/%n/slurmd.log"
+    # The nodes' temporary folder (srun --mpi=pmix puts each step's client folder there, named
+    # after the job and step only): the hosts share /tmp, so each node gets a folder of its own.
+    echo "TmpFS=$SLURM_DIR/%n/tmp"
     echo "ProctrackType=proctrack/linuxproc"
     echo "TaskPlugin=task/none"
     echo "SelectType=select/cons_tres"

@@ -100,6 +100,10 @@ class HorovodBasics:
         the background engine. Calling it again while initialised starts nothing, but still gives
         the ``ProcessSet`` objects of ``process_sets`` the ids of the registered sets.
 
+        In a Slurm step that ``srun`` started without a launcher, the topology comes from the
+        step's ``SLURM_*`` variables and rank 0 hosts the rendezvous (see
+        :mod:`horovod.common.slurm`).
+
         Args:
             comm: None or [] for every process of the job. Lists of ranks and mpi4py
                 communicators need the MPI controller, which this build does not have.
@@ -109,7 +113,9 @@ class HorovodBasics:
                 ``HOROVOD_DYNAMIC_PROCESS_SETS=1``).
 
         Raises:
-            ValueError: a HOROVOD_* variable is invalid, ``comm`` or ``process_sets`` asks for
+            ValueError: a HOROVOD_* variable is invalid (or, in a bare Slurm step, a SLURM_*
+                variable, the rendezvous secret or rank 0's server; see
+                :func:`horovod.common.slurm.configure_step`), ``comm`` or ``process_sets`` asks for
                 something this build cannot do, initialisation failed (the message says why,
                 for example a rendezvous timeout), or an entry of ``process_sets`` duplicates an
                 earlier one or the global set (Horovod then stays initialised with the others,
@@ -193,6 +199,10 @@ class HorovodBasics:
         return int(answer["generation"])
 
     def _start(self, process_sets, mpi_comm=0, mpi_ranks=()):
+        from horovod.common import slurm
+        if slurm.is_bare_step(os.environ, self.mpi_built()):
+            # srun started this process without a launcher: the step describes the job.
+            slurm.configure_step(os.environ, float(os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS") or 30))
         env = _core.read_environment()
         config = _core.parse_config(env)
         generation = None

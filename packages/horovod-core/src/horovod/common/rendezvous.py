@@ -299,11 +299,11 @@ class _ServerBase:
         self._httpd = None
         self._thread = None
 
-    def _start(self, handler_cls) -> int:
+    def _start(self, handler_cls, port: int = 0) -> int:
         if self._httpd is not None:
             raise RuntimeError("the server is already running on port %d" % self.port)
         # Port 0: the kernel picks a free ephemeral port; "" binds every interface.
-        self._httpd = self._server_cls(("", 0), handler_cls or self._default_handler,
+        self._httpd = self._server_cls(("", port), handler_cls or self._default_handler,
                                        self.secret, self.verbose)
         self.port = self._httpd.server_address[1]
         _register(self.port, self.secret)
@@ -340,13 +340,15 @@ class RendezvousServer(_ServerBase):
     _server_cls = RendezvousHTTPServer
     _default_handler = RendezvousHandler
 
-    def start(self, handler_cls=None) -> int:
-        """Start serving on all interfaces at a free port and return the port.
+    def start(self, handler_cls=None, port: int = 0) -> int:
+        """Start serving on all interfaces at ``port`` (default 0: a free port the kernel
+        picks) and return the port.
 
         ``handler_cls`` defaults to :class:`RendezvousHandler`; a subclass may override its
-        ``handle_*`` methods. Raises ``RuntimeError`` if already started.
+        ``handle_*`` methods. Raises ``RuntimeError`` if already started, ``OSError`` when
+        ``port`` cannot be bound (e.g. in use).
         """
-        return self._start(handler_cls)
+        return self._start(handler_cls, port)
 
     def init(self, host_alloc_plan):
         """Clear the store and record the size of every launcher-defined scope.

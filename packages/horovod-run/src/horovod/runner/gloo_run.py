@@ -148,6 +148,10 @@ class _Job:
         self._lock = threading.Lock()
         self.results = []  # (finish time, rank, exit code)
         self.start_failure = None  # message when remote workers did not start in time
+        # step_launch(slot_info, command, env) -> (command, env, check): how a worker that is
+        # not started over ssh runs (a Slurm step of its own: srun_run.ElasticSteps.wrap), and
+        # check(exit code) -> the worker's exit code; None: as a child of this process.
+        self.step_launch = None
 
     def worker_env(self, slot_info):
         return create_worker_env(self.env, slot_info, self.run_vars,
@@ -183,6 +187,7 @@ class _Job:
                     " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in shown.items()),
                     _command_line(self.command)))
         raw = (None, None)
+        check = None
         try:
             raw = self._open_output_files(rank)
             if is_remote:
@@ -190,10 +195,14 @@ class _Job:
                 env = dict(os.environ)
             else:
                 command, stdin_line, env = self.command, None, self.worker_env(slot_info)
+                if self.step_launch is not None:
+                    command, env, check = self.step_launch(slot_info, command, env)
             code = safe_shell_exec.execute(
                 command, env=env, index=rank if index is None else index, events=events,
                 prefix_output_with_timestamp=self.settings.prefix_output_with_timestamp,
                 raw_stdout=raw[0], raw_stderr=raw[1], stdin_line=stdin_line)
+            if check is not None:
+                code = check(code)
         except Exception as e:
             _say("Process %d could not be started: %s" % (rank, e), sys.stderr)
             code = 1
@@ -407,14 +416,16 @@ def launch_elastic(settings, make_worker_fn, min_hosts=1, should_stop=None):
             name=name, code=describe_exit_code(code)) + "Host: %s\n" % name.rpartition("[")[0])
 
 
-def gloo_run_elastic(settings, env, command):
+def gloo_run_elastic(settings, env, command, slurm_steps=None):
     """Run ``command`` as an elastic job (``settings``: an
     :class:`~horovod.runner.elastic.settings.ElasticSettings`) and wait for it to end.
 
     Workers are started on the hosts ``settings.discovery`` reports, up to
     ``settings.max_num_proc``; they find their ranks through the rendezvous server at every
     reset (``HOROVOD_ELASTIC=1``). Each output line is prefixed with the worker's rank at the
-    time it was relayed.
+    time it was relayed. With ``slurm_steps`` (a :class:`~horovod.runner.srun_run.ElasticSteps`,
+    inside a Slurm allocation) each worker is a srun step of its own instead of an ssh session,
+    and no interface probe runs: each node picks its interface towards this host.
 
     Raises:
         RuntimeError: the job failed: the driver's reason (reset limit, every worker or host
@@ -431,19 +442,22 @@ def gloo_run_elastic(settings, env, command):
 
     def make_worker(driver, current, rendezvous, port):
         host_names = current.host_assignment_order
-        if settings.nics:
-            nics = sorted(settings.nics)
+        if slurm_steps is not None:
+            run_vars = slurm_steps.run_vars(settings.nics, port)
         else:
-            nics = driver_service.get_common_interfaces(settings, host_names)
-        server_ip = network.get_driver_ip(nics)
-        job = _Job(settings, dict(env), create_run_env_vars(server_ip, nics, port, elastic=True),
-                   command, rendezvous.secret)
+            if settings.nics:
+                nics = sorted(settings.nics)
+            else:
+                nics = driver_service.get_common_interfaces(settings, host_names)
+            run_vars = create_run_env_vars(network.get_driver_ip(nics), nics, port, elastic=True)
+        job = _Job(settings, dict(env), run_vars, command, rendezvous.secret)
+        job.step_launch = slurm_steps.wrap if slurm_steps is not None else None
         remote_cache = {}
 
         def create_worker(slot_info, events):
             host = slot_info.hostname
             if host not in remote_cache:
-                remote_cache[host] = bool(network.filter_local_addresses([host]))
+                remote_cache[host] = slurm_steps is None and bool(network.filter_local_addresses([host]))
             if remote_cache[host]:
                 job.remote_hosts.add(host)
 
@@ -463,7 +477,8 @@ def gloo_run_elastic(settings, env, command):
         return None
 
     try:
-        launch_elastic(settings, make_worker, min_hosts=_get_min_start_hosts(settings),
+        launch_elastic(settings, make_worker,
+                       min_hosts=1 if slurm_steps is not None else _get_min_start_hosts(settings),
                        should_stop=interrupted)
     finally:
         restore_signals()

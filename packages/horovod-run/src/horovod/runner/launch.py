@@ -427,9 +427,6 @@ def _run(args):
     if args.num_proc is None and (in_lsf_job or in_slurm_job) and args.hosts:
         args.num_proc = sum(hosts.parse_hosts_and_slots(args.hosts)[1].values())
     if _is_elastic(args):
-        if args.slurm_allocation is not None:
-            raise ValueError("elastic mode inside a Slurm allocation is not supported yet; give "
-                             "--host-discovery-script (or -H) to run it over ssh")
         return _run_elastic(args)
     return _run_static(args)
 
@@ -462,6 +459,9 @@ def _run_elastic(args):
         raise ValueError(GLOO_NOT_BUILT)
     if args.host_discovery_script:
         discovery = elastic_discovery.HostDiscoveryScript(args.host_discovery_script, args.slots)
+    elif args.slurm_allocation is not None:
+        # The allocation's nodes that are still up, each started by srun steps of its own.
+        discovery = slurm.AllocationDiscovery(args.slurm_allocation)
     elif args.hosts:
         _, available_host_slots = hosts.parse_hosts_and_slots(args.hosts)
         if len(available_host_slots) < 2:
@@ -499,8 +499,14 @@ def _run_elastic(args):
         nics=args.nics, prefix_output_with_timestamp=args.prefix_output_with_timestamp)
     env = os.environ.copy()
     config_parser.set_env_from_args(env, args)
+    if args.slurm_allocation is not None:
+        remote_nodes = network.filter_local_addresses(args.slurm_allocation.nodes)
+        slurm_steps = srun_launcher.ElasticSteps(
+            _address_towards(args.nics, remote_nodes, resolve=slurm.node_address))
+    else:
+        slurm_steps = None
     if args.run_func is None:
-        gloo_launcher.gloo_run_elastic(settings, env, args.command)
+        gloo_launcher.gloo_run_elastic(settings, env, args.command, slurm_steps=slurm_steps)
         return None
     kv_store = KVStoreServer(secret=settings.key)
     port = kv_store.start_server()
@@ -510,7 +516,7 @@ def _run_elastic(args):
         # the launch knows: run_task reads it from HOROVOD_GLOO_RENDEZVOUS_ADDR when "-" is given.
         command = [args.executable or sys.executable, "-m", "horovod.runner.run_task", "-",
                    str(port)]
-        gloo_launcher.gloo_run_elastic(settings, env, command)
+        gloo_launcher.gloo_run_elastic(settings, env, command, slurm_steps=slurm_steps)
         return [read_data_from_kvstore("127.0.0.1", port, "runfunc_result", str(rank))
                 for rank in range(min_num_proc)]
     finally:

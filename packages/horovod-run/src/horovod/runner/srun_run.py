@@ -19,6 +19,7 @@ failed and its node.
 
 import json
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -33,7 +34,8 @@ from horovod.runner.gloo_run import (JOB_FAILED_MESSAGE, _pad_rank, _say, create
 
 SLOTS_VAR = "HOROVOD_SRUN_SLOTS"        # JSON: {"<node>": [[rank, local, local_size, cross, cross_size], ...]}
 COMMAND_VAR = "HOROVOD_SRUN_COMMAND"    # JSON: the command, a list or one shell string
-OPTIONS_VAR = "HOROVOD_SRUN_OPTIONS"    # JSON: {"timestamp": bool, "output_filename": str or None}
+OPTIONS_VAR = "HOROVOD_SRUN_OPTIONS"    # JSON: {"timestamp": bool, "output_filename": str or None, "prefix": bool}
+REPORT_VAR = "HOROVOD_SRUN_REPORT"      # an elastic worker's key for its exit status in EXIT_SCOPE
 EXIT_SCOPE = "horovodrun_exit"
 
 
@@ -52,6 +54,83 @@ def srun_command(slots, nodes):
         argv.append("--ntasks-per-node=%d" % counts.pop())
     argv += ["--distribution=block", sys.executable, "-m", "horovod.runner.srun_run"]
     return argv
+
+
+def step_run_vars(server_ip, nics, port, elastic=False):
+    """The rendezvous variables of ranks started by srun: ``create_run_env_vars``'s, without
+    the interface names when ``nics`` is empty (each node's bootstrap then picks its interface
+    towards ``server_ip``)."""
+    if nics:
+        return create_run_env_vars(server_ip, sorted(nics), port, elastic=elastic)
+    run_vars = create_run_env_vars(server_ip, ["-"], port, elastic=elastic)
+    del run_vars[env_names.GLOO_IFACE], run_vars[env_names.NCCL_SOCKET_IFNAME]
+    return run_vars
+
+
+class ElasticSteps:
+    """How an elastic job inside a Slurm allocation starts its workers: each slot as a srun
+    step of its own, one task on its node, instead of over ssh.
+
+    Slurm 22.05 ends every task of a step that touches a node set DOWN, healthy nodes
+    included; with a step per slot only the lost node's workers end, and the elastic driver
+    resets the others. ``--overlap`` lets the steps share the allocation's CPUs, so a new
+    worker's step never waits for another's.
+
+    Args:
+        server_ip (str): this host's address towards the nodes, where they reach the launcher's
+            rendezvous server.
+    """
+
+    def __init__(self, server_ip):
+        self.server_ip = server_ip
+        self._port = None
+
+    def run_vars(self, nics, port):
+        """The workers' rendezvous variables (see :func:`step_run_vars`); ``port`` is the
+        launcher's rendezvous server, where the workers' bootstraps report their exit."""
+        self._port = port
+        return step_run_vars(self.server_ip, nics, port, elastic=True)
+
+    def wrap(self, slot_info, command, env):
+        """``(srun argv, environment, check)`` that run ``command`` (argv list or shell string)
+        with the worker environment ``env`` (the job secret in it) as one task on
+        ``slot_info.hostname``; ``check(code)`` turns srun's exit status into the worker's.
+
+        The bootstrap leaves the output unprefixed (the launcher labels it with the worker's
+        current rank) and reports the worker's exit status to the rendezvous server: srun
+        exits 0 when the node of its step fails, so a status that never arrived is a failure
+        (1), with a message naming the node.
+        """
+        env = dict(env)
+        token = "%s:%d:%s" % (slot_info.hostname, slot_info.local_rank, secrets.token_hex(8))
+        env[COMMAND_VAR] = json.dumps(command)
+        env[OPTIONS_VAR] = json.dumps({"prefix": False})
+        env[REPORT_VAR] = token
+        env["PYTHONUNBUFFERED"] = "1"
+        argv = ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1",
+                "--nodelist=%s" % slot_info.hostname, "--overlap", "--kill-on-bad-exit=1",
+                "--export=ALL", "--mpi=none", "--unbuffered", sys.executable, "-m",
+                "horovod.runner.srun_run"]
+        key = bytes.fromhex(env[secret.HOROVOD_SECRET_KEY])
+
+        def check(code):
+            from horovod.common.rendezvous import RendezvousClient
+            try:
+                value = RendezvousClient("127.0.0.1", self._port, secret=key).try_get(EXIT_SCOPE, token)
+            except (OSError, RuntimeError) as e:
+                _say("horovodrun: cannot read the exit status of the worker %s[%d]: %s"
+                     % (slot_info.hostname, slot_info.local_rank, e), sys.stderr)
+                value = None
+            if value is not None:
+                return json.loads(value)["code"]
+            if code == 0:
+                _say("horovodrun: the Slurm step of worker %s[%d] ended without its exit status: "
+                     "node %s failed or was set DOWN" % (slot_info.hostname, slot_info.local_rank,
+                                                         slot_info.hostname), sys.stderr)
+                return 1
+            return code
+
+        return argv, env, check
 
 
 def _slot_table(slots):
@@ -99,12 +178,7 @@ def srun_run(settings, nics, env, server_ip, command, allocation):
     try:
         rendezvous.init(slots)
         step_env = dict(env)
-        if nics:
-            step_env.update(create_run_env_vars(server_ip, list(nics), port))
-        else:
-            run_vars = create_run_env_vars(server_ip, ["-"], port)
-            del run_vars[env_names.GLOO_IFACE], run_vars[env_names.NCCL_SOCKET_IFNAME]
-            step_env.update(run_vars)
+        step_env.update(step_run_vars(server_ip, nics, port))
         step_env[secret.HOROVOD_SECRET_KEY] = rendezvous.secret.hex()
         step_env[SLOTS_VAR] = json.dumps(_slot_table(slots))
         step_env[COMMAND_VAR] = json.dumps(command)
@@ -159,14 +233,15 @@ def _fail(message, code=1):
     sys.exit(code)
 
 
-def _report_exit(env, rank, code):
+def _report_exit(env, key, code):
+    """Writes ``{"host", "code", "time"}`` under ``EXIT_SCOPE/key`` on the launcher's server."""
     from horovod.common.rendezvous import RendezvousClient
     value = json.dumps({"host": socket.gethostname(), "code": code, "time": time.time()}).encode()
     try:
         RendezvousClient(env[env_names.GLOO_RENDEZVOUS_ADDR], int(env[env_names.GLOO_RENDEZVOUS_PORT]),
-                         secret=bytes.fromhex(env[secret.HOROVOD_SECRET_KEY])).set(EXIT_SCOPE, str(rank), value)
+                         secret=bytes.fromhex(env[secret.HOROVOD_SECRET_KEY])).set(EXIT_SCOPE, key, value)
     except Exception as e:  # noqa: BLE001 - srun still reports the status
-        print("horovodrun: cannot report the exit of rank %d to the launcher: %s" % (rank, e),
+        print("horovodrun: cannot report the exit of %s to the launcher: %s" % (key, e),
               file=sys.stderr, flush=True)
 
 
@@ -175,20 +250,27 @@ def main():
     signal ``s``), 1 when its slot cannot be found."""
     env = dict(os.environ)
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
-    table = json.loads(env.pop(SLOTS_VAR))
     command = json.loads(env.pop(COMMAND_VAR))
     options = json.loads(env.pop(OPTIONS_VAR, "{}"))
-    local_id = int(env.get("SLURM_LOCALID", "0"))
-    node_slots = table.get(node)
-    if node_slots is None or local_id >= len(node_slots):
-        _fail("Slurm started task %s (local %d) on node %s, where horovodrun placed %d rank(s) "
-              "(its plan: %s)" % (env.get("SLURM_PROCID"), local_id, node,
-                                  len(node_slots or []), json.dumps(table)))
-    rank, local_rank, local_size, cross_rank, cross_size = node_slots[local_id]
-    slot = hosts.SlotInfo(hostname=node, rank=rank, local_rank=local_rank, cross_rank=cross_rank,
-                          size=sum(len(v) for v in table.values()), local_size=local_size,
-                          cross_size=cross_size)
-    env.update(create_slot_env_vars(slot))
+    if SLOTS_VAR in env:
+        # A static job's step: this task's slot from the launcher's plan.
+        table = json.loads(env.pop(SLOTS_VAR))
+        local_id = int(env.get("SLURM_LOCALID", "0"))
+        node_slots = table.get(node)
+        if node_slots is None or local_id >= len(node_slots):
+            _fail("Slurm started task %s (local %d) on node %s, where horovodrun placed %d rank(s) "
+                  "(its plan: %s)" % (env.get("SLURM_PROCID"), local_id, node,
+                                      len(node_slots or []), json.dumps(table)))
+        rank, local_rank, local_size, cross_rank, cross_size = node_slots[local_id]
+        slot = hosts.SlotInfo(hostname=node, rank=rank, local_rank=local_rank, cross_rank=cross_rank,
+                              size=sum(len(v) for v in table.values()), local_size=local_size,
+                              cross_size=cross_size)
+        env.update(create_slot_env_vars(slot))
+    else:
+        # An elastic worker's step (ElasticSteps): the launcher set the slot's variables.
+        rank = int(env.get(env_names.RANK, "0"))
+        slot = None
+    report = env.pop(REPORT_VAR, None)
     if not env.get(env_names.GLOO_IFACE):
         iface = _interface_towards(env[env_names.GLOO_RENDEZVOUS_ADDR])
         if iface:
@@ -200,11 +282,12 @@ def main():
         signal.signal(signum, lambda signum, frame: stop.set())
     raw = []
     try:
-        if options.get("output_filename"):
+        if options.get("output_filename") and slot is not None:
             rank_dir = os.path.join(options["output_filename"], "rank.%s" % _pad_rank(rank, slot.size))
             os.makedirs(rank_dir, exist_ok=True)
             raw = [open(os.path.join(rank_dir, name), "w", encoding="utf-8") for name in ("stdout", "stderr")]
-        code = safe_shell_exec.execute(command, env=env, index=rank, events=[stop],
+        code = safe_shell_exec.execute(command, env=env, index=rank if options.get("prefix", True) else None,
+                                       events=[stop],
                                        prefix_output_with_timestamp=options.get("timestamp", False),
                                        raw_stdout=raw[0] if raw else None, raw_stderr=raw[1] if raw else None)
     except OSError as e:
@@ -213,8 +296,10 @@ def main():
     finally:
         for f in raw:
             f.close()
-    if code != 0 and not stop.is_set():
-        _report_exit(env, rank, code)
+    if report is not None:
+        _report_exit(env, report, code)
+    elif code != 0 and not stop.is_set():
+        _report_exit(env, str(rank), code)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

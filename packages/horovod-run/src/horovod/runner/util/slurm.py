@@ -6,9 +6,9 @@ an ``sbatch`` script) Slurm describes it in the environment:
 
 * ``SLURM_JOB_ID``: the job;
 * ``SLURM_JOB_NODELIST``: its nodes in Slurm's hostlist syntax, e.g. ``n[01-03,07],g[1-2]``
-  (:func:`parse_hostlist`);
+  (:func:`~horovod.common.slurm.parse_hostlist`);
 * ``SLURM_TASKS_PER_NODE``: tasks of each node in that order, runs compressed as ``2(x3),1``
-  (:func:`parse_tasks_per_node`); one slot per task;
+  (:func:`~horovod.common.slurm.parse_tasks_per_node`); one slot per task;
 * ``SLURM_NTASKS``: the number of tasks (the default ``-np``).
 
 A node's address, for the route from this host to the nodes, is its ``NodeAddr`` as
@@ -16,105 +16,13 @@ A node's address, for the route from this host to the nodes, is its ``NodeAddr``
 """
 
 import os
-import re
 import subprocess
 
+from horovod.common.slurm import parse_hostlist, parse_tasks_per_node  # noqa: F401 - part of this module's API
+from horovod.runner.elastic.discovery import HostDiscovery
 from horovod.runner.util import network
 
 SCONTROL_TIMEOUT_S = 30
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
-_REPEAT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
-
-
-def _expand_brackets(expr):
-    """One host expression without top-level commas -> its names, brackets expanded left to
-    right (``r[1-2]n[1-2]`` -> r1n1, r1n2, r2n1, r2n2)."""
-    start = expr.find("[")
-    if start < 0:
-        if "]" in expr:
-            raise ValueError("unbalanced ']' in %r" % expr)
-        return [expr]
-    end = expr.find("]", start)
-    if end < 0:
-        raise ValueError("unbalanced '[' in %r" % expr)
-    prefix, ranges, rest = expr[:start], expr[start + 1:end], expr[end + 1:]
-    if "[" in ranges:
-        raise ValueError("nested '[' in %r" % expr)
-    names = []
-    for part in ranges.split(","):
-        match = _RANGE.match(part.strip())
-        if not match:
-            raise ValueError("%r in %r is not a number or a range lo-hi" % (part, expr))
-        lo_text, hi_text = match.group(1), match.group(2) or match.group(1)
-        lo, hi = int(lo_text), int(hi_text)
-        if hi < lo:
-            raise ValueError("range %s in %r goes down" % (part, expr))
-        # Zero padding is the lower bound's width ("[01-10]" -> 01..10).
-        width = len(lo_text) if lo_text.startswith("0") else 0
-        names += ["%s%0*d" % (prefix, width, i) for i in range(lo, hi + 1)]
-    tails = _expand_brackets(rest)
-    return [name + tail for name in names for tail in tails]
-
-
-def parse_hostlist(expr):
-    """Host names of a Slurm hostlist expression, in order, duplicates kept.
-
-    Args:
-        expr (str): e.g. ``"n[01-03,07],g[1-2]"``, ``"node1,node2"``, ``"r[1-2]n[1-2]"``: names
-            separated by commas, each with any number of bracketed lists of numbers and ranges
-            ``lo-hi`` (padded to the width of ``lo`` when it starts with 0).
-
-    Returns:
-        list of str: ``["n01", "n02", "n03", "n07", "g1", "g2"]`` for the example.
-
-    Raises:
-        ValueError: unbalanced or nested brackets, a range that is not ``lo-hi`` with
-            ``lo <= hi``, or an empty expression or name.
-    """
-    names, depth, current = [], 0, ""
-    for char in expr.strip():
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError("unbalanced ']' in hostlist %r" % expr)
-        if char == "," and depth == 0:
-            names.append(current)
-            current = ""
-        else:
-            current += char
-    names.append(current)
-    if depth:
-        raise ValueError("unbalanced '[' in hostlist %r" % expr)
-    hosts = []
-    for name in names:
-        if not name.strip():
-            raise ValueError("empty host name in hostlist %r" % expr)
-        hosts += _expand_brackets(name.strip())
-    return hosts
-
-
-def parse_tasks_per_node(value):
-    """Tasks of each node from ``SLURM_TASKS_PER_NODE`` (or ``SLURM_JOB_CPUS_PER_NODE``).
-
-    Args:
-        value (str): e.g. ``"2(x3),1"``: comma-separated counts, ``c(xn)`` for ``n`` nodes of
-            ``c`` each.
-
-    Returns:
-        list of int: ``[2, 2, 2, 1]`` for the example.
-
-    Raises:
-        ValueError: a part that is neither ``c`` nor ``c(xn)``.
-    """
-    counts = []
-    for part in value.strip().split(","):
-        match = _REPEAT.match(part.strip())
-        if not match:
-            raise ValueError("%r is not a Slurm count list like '2(x3),1'" % value)
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
-    return counts
 
 
 def in_allocation(environ=None):
@@ -197,3 +105,80 @@ def node_address(node):
     except (OSError, subprocess.TimeoutExpired):
         pass
     return network.resolve_host_address(node)
+
+
+# Node states (sinfo's %T, lower case) in which a node of the job runs its tasks; any other
+# (down, drained, draining, fail, failing, future, maint, reboot, unknown), or a state ending in
+# "*" (the node does not respond), takes the node out of an elastic job.
+USABLE_STATES = ("allocated", "mixed", "idle", "completing", "planned")
+
+
+def job_nodes(job_id):
+    """The nodes job ``job_id`` (str) holds now, in order, as ``scontrol show job`` reports
+    them: Slurm drops a node set DOWN from a running job's node list.
+
+    Raises:
+        RuntimeError: scontrol fails, times out, or does not report the job's node list.
+    """
+    try:
+        result = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RuntimeError("cannot ask Slurm for job %s's nodes: %s" % (job_id, e)) from None
+    for word in result.stdout.split():
+        if word.startswith("NodeList="):
+            value = word.partition("=")[2]
+            return [] if value in ("", "(null)") else parse_hostlist(value)
+    raise RuntimeError("scontrol show job %s did not list the job's nodes (exit status %d): %s"
+                       % (job_id, result.returncode, (result.stderr or result.stdout).strip()))
+
+
+def node_states(nodes):
+    """``{node: state}`` for ``nodes`` (list of str) as ``sinfo -N -h -o "%N %T"`` reports
+    them (lower case, e.g. ``"allocated"``, ``"down"``, ``"idle*"``); a node sinfo does not
+    list is missing from the result.
+
+    Raises:
+        RuntimeError: sinfo fails or times out.
+    """
+    if not nodes:
+        return {}
+    try:
+        result = subprocess.run(["sinfo", "-N", "-h", "-o", "%N %T", "-n", ",".join(nodes)],
+                                stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                timeout=SCONTROL_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RuntimeError("cannot ask Slurm for the state of %s: %s" % (",".join(nodes), e)) from None
+    if result.returncode != 0:
+        raise RuntimeError("sinfo failed (exit status %d): %s" % (result.returncode, result.stderr.strip()))
+    states = {}
+    for line in result.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states[parts[0]] = parts[1].lower()
+    return states
+
+
+class AllocationDiscovery(HostDiscovery):
+    """Host discovery of an elastic job inside a Slurm allocation (``horovodrun --min-np``
+    without ``--host-discovery-script``): the nodes the job still holds (:func:`job_nodes`)
+    whose state is usable (:data:`USABLE_STATES`, :func:`node_states`), each with the slots the
+    allocation gave it. A node that fails or is set DOWN leaves the list; Slurm gives it back
+    only to a new allocation, so the job cannot grow past what it holds.
+
+    Args:
+        allocation: the job's :class:`Allocation`.
+    """
+
+    def __init__(self, allocation):
+        self.allocation = allocation
+        self._slots = dict(zip(allocation.nodes, allocation.slots, strict=True))
+
+    def find_available_hosts_and_slots(self):
+        """``{node: slots}`` of the usable nodes, in the allocation's order. Raises
+        RuntimeError when Slurm cannot be asked (see :func:`job_nodes`)."""
+        held = set(job_nodes(self.allocation.job_id))
+        nodes = [node for node in self.allocation.nodes if node in held]
+        states = node_states(nodes)
+        return {node: self._slots[node] for node in nodes
+                if states.get(node, "").startswith(USABLE_STATES) and not states[node].endswith("*")}
