@@ -57,7 +57,8 @@ SHARED_SOURCES = {"horovod-core": ["cmake", "ci/bind_vendored_libs.py"]}
 # horovod-testing (horovod-torch's example test launches through horovodrun when installed).
 TESTS = {
     "horovod-core": [],
-    "horovod-torch": ["horovod-run", TORCH],
+    # horovod.lightning's tests run a real Trainer and Fabric.
+    "horovod-torch": ["horovod-run", TORCH, "lightning==2.6.*"],
     # The MPI launch tests run the PyTorch digits example end to end, and a job using mpi4py.
     "horovod-run": ["horovod-torch", TORCH, "scikit-learn", "mpi4py"],
 }
