@@ -58,11 +58,14 @@ def params(model):
     return [p.detach().clone() for p in model.parameters()]
 
 
-def compare_with_distributed_optimizer(hvd, process_set, rank_in_data):
-    """20 AdamW steps (with a StepLR schedule) through ZeRO and through DistributedOptimizer."""
+def compare_with_distributed_optimizer(hvd, process_set, rank_in_data, bucket_bytes=None):
+    """20 AdamW steps (with a StepLR schedule) through ZeRO and through DistributedOptimizer.
+    ``bucket_bytes``: small values split a step into many exchanges (the default: one)."""
     zero_model, ref_model = make_model(), make_model()
     zero = hvd.ZeroRedundancyOptimizer(zero_model.parameters(), torch.optim.AdamW, process_set=process_set,
                                        lr=LR, weight_decay=0.05)
+    if bucket_bytes is not None:
+        zero.bucket_bytes = bucket_bytes
     ref = hvd.DistributedOptimizer(torch.optim.AdamW(ref_model.parameters(), lr=LR, weight_decay=0.05),
                                    named_parameters=ref_model.named_parameters(), process_set=process_set)
     train(zero_model, zero, rank_in_data, STEPS, torch.optim.lr_scheduler.StepLR(zero, 5, 0.5))
@@ -82,6 +85,7 @@ def add_param_group_run(hvd, rank, size):
     zero_model, ref_model = make_model(), make_model()
     first, second = split(zero_model)
     zero = hvd.ZeroRedundancyOptimizer(first, torch.optim.AdamW, lr=LR)
+    zero.bucket_bytes = 1000
     ref_first, ref_second = split(ref_model)
     ref = torch.optim.AdamW(ref_first, lr=LR)
     for step in range(10):
@@ -180,7 +184,8 @@ def zero_worker():
     out = {'global': compare_with_distributed_optimizer(hvd, hvd.global_process_set, rank)}
     if pairs:
         pair = pairs[rank % 2]
-        out['pair'] = compare_with_distributed_optimizer(hvd, pair, rank)
+        # 1000 B: each bucket holds one parameter (or a few biases) per owner.
+        out['pair'] = compare_with_distributed_optimizer(hvd, pair, rank, bucket_bytes=1000)
         out['pair_ranks'] = pair.ranks
         hvd.barrier()  # the pairs finish at different times; a rank that leaves ends the job
         return out

@@ -4,13 +4,14 @@ Algorithm (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trill
 Models", SC 2020, stage 1 "optimizer state partitioning"): every parameter has one owner rank;
 only the owner keeps that parameter's optimizer state and runs the optimizer on it. A step is
 
-1. reduce-scatter: every rank lays its gradients out as one flat buffer per dtype, ordered by
-   owner and padded so that each owner's part has the same length, and one fused (grouped)
-   reducescatter with ``Average`` leaves each rank the averaged gradients of the parameters it
-   owns;
+1. reduce-scatter: every rank lays its gradients out in flat buffers (buckets of about
+   ``bucket_bytes``, one dtype each), ordered by owner and padded so that each owner's part has
+   the same length; one reducescatter with ``Average`` per bucket leaves each rank the averaged
+   gradients of the parameters it owns;
 2. the wrapped optimizer (built over the owned parameters only) steps them;
-3. allgather: the owners' updated parameters, laid out the same way, are allgathered and copied
-   back into every rank's parameters, so that every rank ends the step with the same model.
+3. allgather: the owners' updated parameters, laid out in the same buckets, are allgathered and
+   copied back into every rank's parameters, so that every rank ends the step with the same
+   model.
 
 Communication volume equals one allreduce (a reduce-scatter plus an allgather); the memory for
 optimizer state is about 1/N of the unsharded optimizer's on each of the N ranks.
@@ -25,8 +26,7 @@ from horovod.torch.mpi_ops import (
     Average,
     allgather_async,
     alltoall_async,
-    grouped_allgather_async,
-    grouped_reducescatter_async,
+    reducescatter_async,
     synchronize,
 )
 
@@ -109,6 +109,10 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             ``process_set``.
     """
 
+    #: Bytes of gradients (and of parameters) exchanged per fused reducescatter (allgather); the
+    #: step's temporary buffers are about this large. Set it on the class or the instance.
+    bucket_bytes = 32 * 2**20
+
     def __init__(self, params, optimizer_class, process_set=global_process_set, **defaults):
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
             raise ValueError("ZeroRedundancyOptimizer expects optimizer_class to be a torch.optim.Optimizer "
@@ -190,23 +194,41 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
 
     # The step.
 
-    def _layout(self):
-        """Per (dtype, device): the owned parameters of every rank, in rank order, and the padded
-        length of one rank's part (elements)."""
-        layout = {}
+    def _buckets(self):
+        """The fused exchanges of a step: a list of buckets, each ``(dtype, device, parts,
+        length)``, where ``parts[r]`` lists the parameters rank ``r`` owns in this bucket and
+        ``length`` is the largest part's element count (every part is padded to it).
+
+        Parameters of one dtype and device go to buckets by rounds: each bucket takes, from every
+        owner's list in order, parameters until that owner's part reaches ``bucket_bytes / size``
+        (at least one parameter if the owner has any left). So each bucket holds about as much of
+        every owner, padding stays small, and a step's temporary buffers stay near
+        ``bucket_bytes`` instead of the size of the model."""
+        by_key = {}
         for group, owners in zip(self.param_groups, self._owner, strict=True):
             for p, owner in zip(group["params"], owners, strict=True):
-                if p.requires_grad:
-                    parts = layout.setdefault((p.dtype, p.device), [[] for _ in range(self._size)])
-                    parts[owner].append(p)
-        return {key: (parts, max(sum(p.numel() for p in part) for part in parts))
-                for key, parts in layout.items()}
+                if p.requires_grad and p.numel() > 0:
+                    by_key.setdefault((p.dtype, p.device), [[] for _ in range(self._size)])[owner].append(p)
+        buckets = []
+        for (dtype, device), lists in by_key.items():
+            cap = max(1, self.bucket_bytes // (self._size * torch.empty((), dtype=dtype).element_size()))
+            cursors = [0] * self._size
+            while any(c < len(ps) for c, ps in zip(cursors, lists, strict=True)):
+                parts = []
+                for r, ps in enumerate(lists):
+                    part, used = [], 0
+                    while cursors[r] < len(ps) and (not part or used + ps[cursors[r]].numel() <= cap):
+                        part.append(ps[cursors[r]])
+                        used += ps[cursors[r]].numel()
+                        cursors[r] += 1
+                    parts.append(part)
+                buckets.append((dtype, device, parts, max(sum(p.numel() for p in part) for part in parts)))
+        return buckets
 
     @staticmethod
-    def _flat(key, parts, length, values):
-        """One flat tensor of dtype/device ``key``: each part's ``values(p)`` flattened, in order,
-        padded with zeros to ``length`` elements per part."""
-        dtype, device = key
+    def _flat(dtype, device, parts, length, values):
+        """One flat tensor: each part's ``values(p)`` flattened, in order, padded with zeros to
+        ``length`` elements per part."""
         pieces = []
         for part in parts:
             pieces.extend(values(p).reshape(-1) for p in part)
@@ -241,41 +263,38 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         self._check_size()
         self._sync_options()
         _, rank = self._set_size_and_rank()
-        layout = self._layout()
-        keys = [key for key, (_, length) in layout.items() if length > 0]
-        if not keys:
-            return loss
-        grads = [self._flat(k, layout[k][0], layout[k][1],
-                            lambda p: p.grad if p.grad is not None else torch.zeros_like(p)).contiguous()
-                 for k in keys]
-        if self._size > 1:
-            shards = synchronize(grouped_reducescatter_async(grads, name="ZeroRedundancyOptimizer.grads", op=Average,
-                                                             process_set=self.process_set))
-        else:
-            shards = grads
-        for key, shard in zip(keys, shards, strict=True):
+        buckets = self._buckets()
+        # Reduce-scatter, one bucket at a time (its flat buffer is freed before the next).
+        for i, (dtype, device, parts, length) in enumerate(buckets):
+            flat = self._flat(dtype, device, parts, length,
+                              lambda p: p.grad if p.grad is not None else torch.zeros_like(p))
+            if self._size > 1:
+                flat = synchronize(reducescatter_async(flat, name=f"ZeroRedundancyOptimizer.grads.{i}", op=Average,
+                                                       process_set=self.process_set))
             offset = 0
-            for p in layout[key][0][rank]:
-                averaged = shard[offset:offset + p.numel()].view_as(p)
+            for p in parts[rank]:
+                averaged = flat[offset:offset + p.numel()].view_as(p)
                 if p.grad is None:
                     p.grad = averaged.clone()
                 else:
                     p.grad.copy_(averaged)
                 offset += p.numel()
+            del flat
         self._local.step()
         self._consolidated = None
         if self._size == 1:
             return loss
-        mine = [self._flat(k, [layout[k][0][rank]], layout[k][1], lambda p: p) for k in keys]
-        gathered = synchronize(grouped_allgather_async(mine, name="ZeroRedundancyOptimizer.params",
-                                                       process_set=self.process_set))
-        for key, flat in zip(keys, gathered, strict=True):
-            parts, length = layout[key]
+        for i, (dtype, device, parts, length) in enumerate(buckets):
+            mine = self._flat(dtype, device, [parts[rank]], length, lambda p: p)
+            flat = synchronize(allgather_async(mine, name=f"ZeroRedundancyOptimizer.params.{i}",
+                                               process_set=self.process_set))
+            del mine
             for owner, part in enumerate(parts):
                 offset = owner * length
                 for p in part:
                     p.copy_(flat[offset:offset + p.numel()].view_as(p))
                     offset += p.numel()
+            del flat
         return loss
 
     # State: per-rank shards, consolidated, resharded.
