@@ -43,7 +43,10 @@ TOPOLOGY_WORKER = textwrap.dedent("""
         "rank": rank, "size": size, "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
         "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(),
         "hostname": socket.gethostname(), "slurm_node": os.environ.get("SLURMD_NODENAME"),
-        "slurm_step": os.environ.get("SLURM_STEP_ID"), "iface": os.environ.get("HOROVOD_GLOO_IFACE"),
+        "slurm_job": os.environ.get("SLURM_JOB_ID"), "slurm_step": os.environ.get("SLURM_STEP_ID"),
+        "iface": os.environ.get("HOROVOD_GLOO_IFACE"),
+        "mpi": hvd.mpi_enabled(), "rendezvous": "%s:%s" % (os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"),
+                                                           os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")),
         "allreduce_ok": bool(np.array_equal(x, expected))}), flush=True)
     hvd.shutdown()
 """)
@@ -172,6 +175,25 @@ def _results(stdout):
     return results
 
 
+def _bare_results(stdout):
+    """RESULT lines of tasks that srun ran directly (no launcher prefix), by their rank."""
+    results = [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+    return {r["rank"]: r for r in results}
+
+
+def _wait_job(bed, job, cwd, timeout=JOB_TIMEOUT_S):
+    """The final state of job ``job`` (polled with scontrol: sbatch --wait polls at 2, 8 then 32 s)."""
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        shown = _run(bed, ["scontrol", "-o", "show", "job", job], cwd, timeout=30).stdout
+        state = re.search(r"JobState=(\S+)", shown).group(1) if "JobState=" in shown else "GONE"
+        if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+            break
+        time.sleep(0.5)
+    return state
+
+
 def test_bed_runs_a_step_on_both_nodes(slurm_bed, tmp_path):
     run = _run(slurm_bed, ["srun", "-N2", "-n4", "sh", "-c", "echo $(hostname) $SLURM_PROCID"], tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -262,15 +284,7 @@ def test_digits_example_trains_in_an_sbatch_job(slurm_bed, tmp_path):
     submitted = _run(slurm_bed, ["sbatch", "--parsable", str(script)], tmp_path, timeout=30)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
-    # sbatch --wait polls at 2, 8 then 32 s: poll scontrol instead.
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    state = ""
-    while time.monotonic() < deadline:
-        shown = _run(slurm_bed, ["scontrol", "-o", "show", "job", job], tmp_path, timeout=30).stdout
-        state = re.search(r"JobState=(\S+)", shown).group(1) if "JobState=" in shown else "GONE"
-        if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
-            break
-        time.sleep(0.5)
+    state = _wait_job(slurm_bed, job, tmp_path)
     output = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert state == "COMPLETED", "job %s: %s\n%s" % (job, state, output)
     rank0 = [line[len("[0]<stdout>:"):] for line in output.splitlines() if line.startswith("[0]<stdout>:")]
@@ -289,22 +303,36 @@ def test_explicit_hosts_win_over_the_allocation(slurm_bed, tmp_path):
     assert run.stdout.count("ON %s None" % socket.gethostname()) == 2, run.stdout
 
 
-def test_scancel_stops_every_rank_on_every_node(slurm_bed, tmp_path):
+def _start_looping_job(bed, tmp_path, *salloc_args):
+    """salloc ... horovodrun --gloo looping.py on 2 nodes x 2 ranks; returns (process, {rank: PID},
+    output lines so far) once every rank printed its PID."""
     worker = tmp_path / "looping.py"
     worker.write_text(LOOPING_WORKER)
-    proc = subprocess.Popen(["salloc", "-N2", "--ntasks-per-node=2", *HOROVODRUN, "--gloo", sys.executable,
-                             str(worker)],
-                            env=slurm_bed.slurm_env(), cwd=tmp_path, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(["salloc", "-N2", "--ntasks-per-node=2", *salloc_args, *HOROVODRUN, "--gloo",
+                             sys.executable, str(worker)],
+                            env=bed.slurm_env(), cwd=tmp_path, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pids, lines = {}, []
+    for line in proc.stdout:
+        lines.append(line)
+        match = re.match(r"^\[\d+\]<stdout>:PID (\d+) (\d+)$", line.strip())
+        if match:
+            pids[int(match.group(1))] = int(match.group(2))
+        if len(pids) == 4:
+            break
+    return proc, pids, lines
+
+
+def _assert_ranks_gone(pids, since, within_s=10):
+    for rank, pid in pids.items():
+        while pathlib.Path("/proc/%d" % pid).exists() and time.monotonic() - since < within_s:
+            time.sleep(0.1)
+        assert not pathlib.Path("/proc/%d" % pid).exists(), "rank %d (PID %d) still runs" % (rank, pid)
+
+
+def test_scancel_stops_every_rank_on_every_node(slurm_bed, tmp_path):
+    proc, pids, lines = _start_looping_job(slurm_bed, tmp_path)
     try:
-        pids, lines = {}, []
-        for line in proc.stdout:
-            lines.append(line)
-            match = re.match(r"^\[\d+\]<stdout>:PID (\d+) (\d+)$", line.strip())
-            if match:
-                pids[int(match.group(1))] = int(match.group(2))
-            if len(pids) == 4:
-                break
         assert len(pids) == 4, "".join(lines)
         jobs = _run(slurm_bed, ["squeue", "-h", "-o", "%i"], tmp_path, timeout=30).stdout.split()
         assert len(jobs) == 1, jobs
@@ -312,10 +340,26 @@ def test_scancel_stops_every_rank_on_every_node(slurm_bed, tmp_path):
         assert _run(slurm_bed, ["scancel", jobs[0]], tmp_path, timeout=30).returncode == 0
         rest, _ = proc.communicate(timeout=60)
         assert proc.returncode != 0, "".join(lines) + rest
-        for rank, pid in pids.items():
-            while pathlib.Path("/proc/%d" % pid).exists() and time.monotonic() - cancelled < 10:
-                time.sleep(0.1)
-            assert not pathlib.Path("/proc/%d" % pid).exists(), "rank %d (PID %d) still runs" % (rank, pid)
+        _assert_ranks_gone(pids, cancelled)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_time_limit_stops_every_rank_on_every_node(slurm_bed, tmp_path):
+    # Slurm counts time limits in minutes: the job runs for one, then Slurm signals its steps.
+    started = time.monotonic()
+    proc, pids, lines = _start_looping_job(slurm_bed, tmp_path, "--time=1")
+    try:
+        assert len(pids) == 4, "".join(lines)
+        rest, _ = proc.communicate(timeout=180)
+        ended = time.monotonic()
+        output = "".join(lines) + rest
+        assert proc.returncode != 0, output
+        assert "DUE TO TIME LIMIT" in output, output
+        assert 55 < ended - started < 150, (ended - started, output)
+        _assert_ranks_gone(pids, ended)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -341,3 +385,155 @@ def test_function_mode_inside_an_allocation(slurm_bed, tmp_path):
     assert [(rank, host) for rank, host, _ in results] == [
         (0, "hvd-h1"), (1, "hvd-h1"), (2, "hvd-h2"), (3, "hvd-h2")], run.stdout
     assert all(step is not None for _, _, step in results), results
+
+
+# --- srun with no launcher: hvd.init() reads the step ------------------------------------------
+
+def _bare_env(bed, home, **extra):
+    """The bed's client environment without any Horovod variable of this process, HOME=``home``."""
+    env = {k: v for k, v in bed.slurm_env().items()
+           if not k.startswith(("HOROVOD_", "_HOROVOD_")) or k.startswith("HOROVOD_TESTBED")}
+    env["HOME"] = str(home)
+    env.update(extra)
+    return env
+
+
+def _assert_bare_topology(results, output, mpi):
+    assert sorted(results) == [0, 1, 2, 3], output
+    for rank, r in results.items():
+        node = 1 + rank // 2
+        assert r["hostname"] == r["slurm_node"] == "hvd-h%d" % node, r
+        assert (r["size"], r["local_size"], r["cross_size"]) == (4, 2, 2), r
+        assert (r["local_rank"], r["cross_rank"]) == (rank % 2, node - 1), r
+        assert r["mpi"] is mpi and r["allreduce_ok"], r
+
+
+def test_bare_srun_meets_at_rank_0_on_the_first_node(slurm_bed, tmp_path):
+    worker = tmp_path / "topology.py"
+    worker.write_text(TOPOLOGY_WORKER)
+    home = tmp_path / "home"
+    home.mkdir()
+    srun = ["srun", "-N2", "-n4", "--kill-on-bad-exit=1", sys.executable, str(worker)]
+
+    # The secret: created by rank 0 in the (shared) home, private; the port: from job and step.
+    run = subprocess.run(srun, env=_bare_env(slurm_bed, home), cwd=tmp_path, stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = _bare_results(run.stdout)
+    _assert_bare_topology(results, run.stdout + run.stderr, mpi=False)
+    job, step = int(results[0]["slurm_job"]), int(results[0]["slurm_step"])
+    port = 21000 + (31 * job + step) % 9000
+    for rank, r in results.items():
+        assert r["rendezvous"] == ("127.0.0.1:%d" if rank < 2 else "198.18.0.1:%d") % port, r
+    secret_file = home / ".horovod" / "slurm_secret"
+    assert secret_file.stat().st_mode & 0o777 == 0o600
+    assert re.fullmatch(r"[0-9a-f]{64}\n", secret_file.read_text())
+
+    # The secret from the environment instead, and the port given.
+    other_home = tmp_path / "other-home"
+    other_home.mkdir()
+    env = _bare_env(slurm_bed, other_home, _HOROVOD_SECRET_KEY="ab" * 32, HOROVOD_SLURM_RENDEZVOUS_PORT="23456")
+    run = subprocess.run(srun, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         timeout=JOB_TIMEOUT_S)
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = _bare_results(run.stdout)
+    _assert_bare_topology(results, run.stdout + run.stderr, mpi=False)
+    assert {r["rendezvous"].split(":")[1] for r in results.values()} == {"23456"}
+    assert list(other_home.iterdir()) == []
+
+    # A secret file others may read is refused on every rank, which all end at once.
+    secret_file.chmod(0o644)
+    start = time.monotonic()
+    run = subprocess.run(srun, env=_bare_env(slurm_bed, home), cwd=tmp_path, stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert run.returncode != 0
+    assert run.stderr.count("may be read by others (mode 644): chmod 600 it") == 4, run.stderr
+    assert time.monotonic() - start < 30
+
+
+def test_bare_srun_with_pmix_runs_the_mpi_controller(slurm_bed, tmp_path):
+    if not launch.mpi_built():
+        pytest.skip("horovod-core was built without MPI")
+    worker = tmp_path / "topology.py"
+    worker.write_text(TOPOLOGY_WORKER)
+    run = subprocess.run(["srun", "--mpi=pmix", "-N2", "-n4", "--kill-on-bad-exit=1", sys.executable, str(worker)],
+                         env=_bare_env(slurm_bed, tmp_path), cwd=tmp_path, stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = _bare_results(run.stdout)
+    _assert_bare_topology(results, run.stdout + run.stderr, mpi=True)
+    assert all(r["rendezvous"] == "None:None" for r in results.values()), results
+    # Nothing of a rendezvous: no secret file either.
+    assert not (tmp_path / ".horovod").exists()
+
+
+def test_digits_example_trains_by_bare_srun_in_an_sbatch_job(slurm_bed, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    digits = EXAMPLES / "pytorch" / "pytorch_digits.py"
+    lines = ["#!/bin/sh", "#SBATCH --nodes=2 --ntasks-per-node=2 --output=%s/job.out" % tmp_path,
+             "export _HOROVOD_SECRET_KEY=$(%s -c 'import secrets; print(secrets.token_hex(32))')" % sys.executable,
+             "srun --label %s %s --checkpoint %s/gloo.pt || exit 1" % (sys.executable, digits, tmp_path)]
+    if launch.mpi_built():
+        lines.append("srun --label --mpi=pmix %s %s --checkpoint %s/mpi.pt || exit 1"
+                     % (sys.executable, digits, tmp_path))
+    script = tmp_path / "job.sh"
+    script.write_text("\n".join(lines) + "\n")
+    submitted = _run(slurm_bed, ["sbatch", "--parsable", str(script)], tmp_path, timeout=30)
+    assert submitted.returncode == 0, submitted.stderr
+    state = _wait_job(slurm_bed, submitted.stdout.strip().split(";")[0], tmp_path)
+    output = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert state == "COMPLETED", output
+    # Each srun's task 0 (rank 0) says the parameters agree on 4 ranks and ends with the accuracy.
+    rank0 = [line[len("0: "):] for line in output.splitlines() if line.startswith("0: ")]
+    runs = [i for i, line in enumerate(rank0) if "parameters identical on all 4 ranks" in line]
+    assert len(runs) == (2 if launch.mpi_built() else 1), output
+    accuracies = [float(m.group(1)) for m in (re.fullmatch(r"test accuracy: (\d\.\d+)", line) for line in rank0) if m]
+    assert len(accuracies) == len(runs) and min(accuracies) >= 0.95, output
+    assert (tmp_path / "gloo.pt").exists()
+
+
+# --- elastic inside an allocation -------------------------------------------------------------
+
+def test_elastic_job_keeps_training_when_a_node_is_set_down(slurm_bed, tmp_path):
+    pytest.importorskip("torch")
+    train = pathlib.Path(__file__).resolve().parent / "elastic_scripts" / "torch_elastic_train.py"
+    env = dict(slurm_bed.slurm_env(), STEP_SLEEP="0.2")
+    # --no-kill: Slurm keeps the job when one of its nodes fails, and drops that node from it.
+    proc = subprocess.Popen(["salloc", "--no-kill", "-N2", "--ntasks-per-node=2", *HOROVODRUN, "--gloo",
+                             "--min-np", "2", "--max-np", "4", "--verbose", sys.executable, str(train), "3"],
+                            env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        steps_at_4 = 0
+        for line in proc.stdout:
+            lines.append(line)
+            if "STEP " in line and '"size": 4' in line:
+                steps_at_4 += 1
+            if steps_at_4 >= 12:  # three steps on each of the four ranks
+                break
+        assert steps_at_4 >= 12, "".join(lines)
+        down = _run(slurm_bed, ["scontrol", "update", "nodename=hvd-h2", "state=down", "reason=horovod-test"],
+                    tmp_path, timeout=30)
+        assert down.returncode == 0, down.stderr
+        rest, _ = proc.communicate(timeout=JOB_TIMEOUT_S)
+        output = "".join(lines) + rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _run(slurm_bed, ["scontrol", "update", "nodename=hvd-h2", "state=resume"], tmp_path, timeout=30)
+        deadline = time.monotonic() + 30
+        while slurm_bed.slurm_nodes().get("hvd-h2") != "idle" and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert proc.returncode == 0, output
+    assert "the Slurm step of worker hvd-h2[0] ended without its exit status: node hvd-h2 failed or was set DOWN" \
+        in output or "hvd-h2[1] ended without its exit status" in output, output
+    assert "blacklisting host hvd-h2" in output, output
+    finals = [json.loads(line.split("FINAL ", 1)[1]) for line in output.splitlines() if "<stdout>:FINAL " in line]
+    # The survivors, both on hvd-h1, finished the epochs at size 2 with the same parameters.
+    assert sorted((f["rank"], f["size"], f["host"]) for f in finals) == [(0, 2, "hvd-h1"), (1, 2, "hvd-h1")], output
+    assert finals[0]["params"] == finals[1]["params"]
+    assert max(f["steps"] for f in finals) > 12
+    assert slurm_bed.slurm_nodes().get("hvd-h2") == "idle"
