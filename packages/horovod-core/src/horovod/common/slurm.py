@@ -243,7 +243,7 @@ def _create_secret_file(path):
     task): written to a private name, then linked into place, which fails when ``path`` exists."""
     folder = os.path.dirname(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    scratch = "%s.%s.%d" % (path, socket.gethostname(), os.getpid())
+    scratch = "%s.%s.%d.%s" % (path, socket.gethostname(), os.getpid(), secrets.token_hex(4))
     fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="ascii") as f:
