@@ -8,6 +8,7 @@ namespace like a login node; the launcher there reads the allocation and starts 
 After every test, conftest checks that nothing of the job is left on the hosts.
 """
 
+import contextlib
 import json
 import socket
 import pathlib
@@ -303,24 +304,31 @@ def test_explicit_hosts_win_over_the_allocation(slurm_bed, tmp_path):
     assert run.stdout.count("ON %s None" % socket.gethostname()) == 2, run.stdout
 
 
-def _start_looping_job(bed, tmp_path, *salloc_args):
-    """salloc ... horovodrun --gloo looping.py on 2 nodes x 2 ranks; returns (process, {rank: PID},
-    output lines so far) once every rank printed its PID."""
+@contextlib.contextmanager
+def _looping_job(bed, tmp_path, *salloc_args):
+    """salloc ... horovodrun --gloo looping.py on 2 nodes x 2 ranks; yields (process, {rank: PID},
+    output lines so far) once every rank printed its PID; kills salloc if it still runs at the end."""
     worker = tmp_path / "looping.py"
     worker.write_text(LOOPING_WORKER)
     proc = subprocess.Popen(["salloc", "-N2", "--ntasks-per-node=2", *salloc_args, *HOROVODRUN, "--gloo",
                              sys.executable, str(worker)],
                             env=bed.slurm_env(), cwd=tmp_path, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    pids, lines = {}, []
-    for line in proc.stdout:
-        lines.append(line)
-        match = re.match(r"^\[\d+\]<stdout>:PID (\d+) (\d+)$", line.strip())
-        if match:
-            pids[int(match.group(1))] = int(match.group(2))
-        if len(pids) == 4:
-            break
-    return proc, pids, lines
+    try:
+        pids, lines = {}, []
+        for line in proc.stdout:
+            lines.append(line)
+            match = re.match(r"^\[\d+\]<stdout>:PID (\d+) (\d+)$", line.strip())
+            if match:
+                pids[int(match.group(1))] = int(match.group(2))
+            if len(pids) == 4:
+                break
+        assert len(pids) == 4, "".join(lines)
+        yield proc, pids, lines
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def _assert_ranks_gone(pids, since, within_s=10):
@@ -331,9 +339,7 @@ def _assert_ranks_gone(pids, since, within_s=10):
 
 
 def test_scancel_stops_every_rank_on_every_node(slurm_bed, tmp_path):
-    proc, pids, lines = _start_looping_job(slurm_bed, tmp_path)
-    try:
-        assert len(pids) == 4, "".join(lines)
+    with _looping_job(slurm_bed, tmp_path) as (proc, pids, lines):
         jobs = _run(slurm_bed, ["squeue", "-h", "-o", "%i"], tmp_path, timeout=30).stdout.split()
         assert len(jobs) == 1, jobs
         cancelled = time.monotonic()
@@ -341,18 +347,12 @@ def test_scancel_stops_every_rank_on_every_node(slurm_bed, tmp_path):
         rest, _ = proc.communicate(timeout=60)
         assert proc.returncode != 0, "".join(lines) + rest
         _assert_ranks_gone(pids, cancelled)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_time_limit_stops_every_rank_on_every_node(slurm_bed, tmp_path):
     # Slurm counts time limits in minutes: the job runs for one, then Slurm signals its steps.
     started = time.monotonic()
-    proc, pids, lines = _start_looping_job(slurm_bed, tmp_path, "--time=1")
-    try:
-        assert len(pids) == 4, "".join(lines)
+    with _looping_job(slurm_bed, tmp_path, "--time=1") as (proc, pids, lines):
         rest, _ = proc.communicate(timeout=180)
         ended = time.monotonic()
         output = "".join(lines) + rest
@@ -360,10 +360,6 @@ def test_time_limit_stops_every_rank_on_every_node(slurm_bed, tmp_path):
         assert "DUE TO TIME LIMIT" in output, output
         assert 55 < ended - started < 150, (ended - started, output)
         _assert_ranks_gone(pids, ended)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_function_mode_inside_an_allocation(slurm_bed, tmp_path):
