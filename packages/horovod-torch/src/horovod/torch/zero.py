@@ -4,17 +4,19 @@ Algorithm (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trill
 Models", SC 2020, stage 1 "optimizer state partitioning"): every parameter has one owner rank;
 only the owner keeps that parameter's optimizer state and runs the optimizer on it. A step is
 
-1. reduce-scatter: every rank lays its gradients out in flat buffers (buckets of about
-   ``bucket_bytes``, one dtype each), ordered by owner and padded so that each owner's part has
-   the same length; one reducescatter with ``Average`` per bucket leaves each rank the averaged
-   gradients of the parameters it owns;
+1. reduce-scatter: every rank lays its gradients out in flat buffers of ``bucket_bytes`` (one
+   dtype each; a large parameter spans several), ordered by owner and padded so that each
+   owner's part has the same length; one reducescatter with ``Average`` per buffer leaves each
+   rank the averaged gradients of the parameters it owns;
 2. the wrapped optimizer (built over the owned parameters only) steps them;
-3. allgather: the owners' updated parameters, laid out in the same buckets, are allgathered and
-   copied back into every rank's parameters, so that every rank ends the step with the same
-   model.
+3. gather: the owners' updated parameters, laid out in the same buffers, are gathered on every
+   rank (each owner broadcasts its part in place, which receives what an allgather would without
+   a new buffer per exchange) and copied back into the parameters, so that every rank ends the
+   step with the same model.
 
-Communication volume equals one allreduce (a reduce-scatter plus an allgather); the memory for
-optimizer state is about 1/N of the unsharded optimizer's on each of the N ranks.
+Communication volume equals one allreduce (a reduce-scatter plus an allgather's worth of
+broadcasts); the memory for optimizer state is about 1/N of the unsharded optimizer's on each of
+the N ranks.
 """
 
 import io
@@ -26,6 +28,7 @@ from horovod.torch.mpi_ops import (
     Average,
     allgather_async,
     alltoall_async,
+    broadcast_async_,
     reducescatter_async,
     synchronize,
 )
@@ -111,7 +114,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
 
     #: Bytes of gradients (and of parameters) exchanged per fused reducescatter (allgather); the
     #: step's temporary buffers are about this large. Set it on the class or the instance.
-    bucket_bytes = 32 * 2**20
+    bucket_bytes = 16 * 2**20
 
     def __init__(self, params, optimizer_class, process_set=global_process_set, **defaults):
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
@@ -123,6 +126,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         self.process_set = process_set
         self._local = None
         self._consolidated = None
+        self._staging_buffers = {}
         self._building = True
         super().__init__(params, defaults)
         self._building = False
@@ -195,47 +199,77 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
     # The step.
 
     def _buckets(self):
-        """The fused exchanges of a step: a list of buckets, each ``(dtype, device, parts,
-        length)``, where ``parts[r]`` lists the parameters rank ``r`` owns in this bucket and
-        ``length`` is the largest part's element count (every part is padded to it).
+        """The exchanges of a step, each ``(dtype, device, parts, length)``: ``parts[r]`` lists the
+        ``(parameter, start, stop)`` element ranges of the parameters rank ``r`` owns that this
+        exchange carries, and ``length`` is the padded length of one part (elements).
 
-        Parameters of one dtype and device go to buckets by rounds: each bucket takes, from every
-        owner's list in order, parameters until that owner's part reaches ``bucket_bytes / size``
-        (at least one parameter if the owner has any left). So each bucket holds about as much of
-        every owner, padding stays small, and a step's temporary buffers stay near
-        ``bucket_bytes`` instead of the size of the model."""
-        by_key = {}
+        Per dtype and device, every owner's parameters form one stream of elements, in order;
+        exchange ``k`` carries elements ``[k * length, (k + 1) * length)`` of every owner's stream
+        (a parameter may span exchanges), with ``length = bucket_bytes / size / element size``.
+        So every exchange moves ``bucket_bytes`` and a step's staging buffers stay that small,
+        whatever the size of the parameters; only the owners' last exchanges are padded."""
+        streams = {}
         for group, owners in zip(self.param_groups, self._owner, strict=True):
             for p, owner in zip(group["params"], owners, strict=True):
                 if p.requires_grad and p.numel() > 0:
-                    by_key.setdefault((p.dtype, p.device), [[] for _ in range(self._size)])[owner].append(p)
+                    streams.setdefault((p.dtype, p.device), [[] for _ in range(self._size)])[owner].append(p)
         buckets = []
-        for (dtype, device), lists in by_key.items():
-            cap = max(1, self.bucket_bytes // (self._size * torch.empty((), dtype=dtype).element_size()))
-            cursors = [0] * self._size
-            while any(c < len(ps) for c, ps in zip(cursors, lists, strict=True)):
+        for (dtype, device), lists in streams.items():
+            element_size = torch.empty((), dtype=dtype).element_size()
+            length = max(1, self.bucket_bytes // (self._size * element_size))
+            totals = [sum(p.numel() for p in ps) for ps in lists]
+            longest = max(totals)
+            # Known while the stream is at most one exchange long: the padding to trim.
+            length = min(length, longest)
+            cursors = [[0, 0] for _ in lists]  # per owner: index of the parameter, elements of it done
+            for _ in range(-(-longest // length)):
                 parts = []
                 for r, ps in enumerate(lists):
-                    part, used = [], 0
-                    while cursors[r] < len(ps) and (not part or used + ps[cursors[r]].numel() <= cap):
-                        part.append(ps[cursors[r]])
-                        used += ps[cursors[r]].numel()
-                        cursors[r] += 1
+                    part, room = [], length
+                    index, done = cursors[r]
+                    while room and index < len(ps):
+                        take = min(room, ps[index].numel() - done)
+                        part.append((ps[index], done, done + take))
+                        room -= take
+                        done += take
+                        if done == ps[index].numel():
+                            index, done = index + 1, 0
+                    cursors[r] = [index, done]
                     parts.append(part)
-                buckets.append((dtype, device, parts, max(sum(p.numel() for p in part) for part in parts)))
+                buckets.append((dtype, device, parts, length))
         return buckets
 
+    def _staging(self, dtype, device, elements):
+        """A reused flat buffer of at least ``elements`` elements (one per dtype and device)."""
+        buffer = self._staging_buffers.get((dtype, device))
+        if buffer is None or buffer.numel() < elements:
+            buffer = torch.empty(elements, dtype=dtype, device=device)
+            self._staging_buffers[(dtype, device)] = buffer
+        return buffer[:elements]
+
     @staticmethod
-    def _flat(dtype, device, parts, length, values):
-        """One flat tensor: each part's ``values(p)`` flattened, in order, padded with zeros to
-        ``length`` elements per part."""
-        pieces = []
-        for part in parts:
-            pieces.extend(values(p).reshape(-1) for p in part)
-            used = sum(p.numel() for p in part)
-            if used < length:
-                pieces.append(torch.zeros(length - used, dtype=dtype, device=device))
-        return torch.cat(pieces)
+    def _pack(flat, parts, length, values):
+        """Writes each part's ranges of ``values(p)`` into ``flat`` (part ``i`` at ``i * length``),
+        zeros in the padding."""
+        for i, part in enumerate(parts):
+            offset = i * length
+            for p, start, stop in part:
+                value = values(p)
+                target = flat[offset:offset + stop - start]
+                if value is None:
+                    target.zero_()
+                else:
+                    target.copy_(value.reshape(-1)[start:stop])
+                offset += stop - start
+            flat[offset:(i + 1) * length].zero_()
+
+    @staticmethod
+    def _unpack(flat, part, into):
+        """Copies ``flat``'s elements, in order, into the ranges of ``into(p)`` that ``part`` lists."""
+        offset = 0
+        for p, start, stop in part:
+            into(p).view(-1)[start:stop].copy_(flat[offset:offset + stop - start])
+            offset += stop - start
 
     def _check_size(self):
         size, _ = self._set_size_and_rank()
@@ -263,38 +297,40 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         self._check_size()
         self._sync_options()
         _, rank = self._set_size_and_rank()
+        if self._size == 1:
+            self._local.step()
+            self._consolidated = None
+            return loss
         buckets = self._buckets()
-        # Reduce-scatter, one bucket at a time (its flat buffer is freed before the next).
-        for i, (dtype, device, parts, length) in enumerate(buckets):
-            flat = self._flat(dtype, device, parts, length,
-                              lambda p: p.grad if p.grad is not None else torch.zeros_like(p))
-            if self._size > 1:
-                flat = synchronize(reducescatter_async(flat, name=f"ZeroRedundancyOptimizer.grads.{i}", op=Average,
-                                                       process_set=self.process_set))
-            offset = 0
-            for p in parts[rank]:
-                averaged = flat[offset:offset + p.numel()].view_as(p)
+        # Owned parameters need a gradient to receive the average (zeros where backward gave none).
+        for _, _, parts, _ in buckets:
+            for p, _, _ in parts[rank]:
                 if p.grad is None:
-                    p.grad = averaged.clone()
-                else:
-                    p.grad.copy_(averaged)
-                offset += p.numel()
-            del flat
+                    p.grad = torch.zeros_like(p)
+        for i, (dtype, device, parts, length) in enumerate(buckets):
+            flat = self._staging(dtype, device, self._size * length)
+            self._pack(flat, parts, length, lambda p: p.grad)
+            mine = synchronize(reducescatter_async(flat, name=f"ZeroRedundancyOptimizer.grads.{i}", op=Average,
+                                                   process_set=self.process_set))
+            self._unpack(mine, parts[rank], lambda p: p.grad)
         self._local.step()
         self._consolidated = None
-        if self._size == 1:
-            return loss
+        # Gather the updated parameters: each owner broadcasts its part, in place, into a slot of a
+        # reused buffer. An allgather would move the same bytes but return a buffer the engine
+        # allocates anew for every exchange, which raised the peak resident memory by several
+        # exchanges' worth (benchmarks/zero_memory_bench.py).
+        ranks = self.process_set.ranks or list(range(self._size))
         for i, (dtype, device, parts, length) in enumerate(buckets):
-            mine = self._flat(dtype, device, [parts[rank]], length, lambda p: p)
-            flat = synchronize(allgather_async(mine, name=f"ZeroRedundancyOptimizer.params.{i}",
-                                               process_set=self.process_set))
-            del mine
+            flat = self._staging(dtype, device, self._size * length)
+            self._pack(flat[rank * length:(rank + 1) * length], [parts[rank]], length, lambda p: p)
+            handles = [broadcast_async_(flat[r * length:(r + 1) * length], root_rank=ranks[r],
+                                        name=f"ZeroRedundancyOptimizer.params.{i}.{r}", process_set=self.process_set)
+                       for r in range(self._size)]
+            for handle in handles:
+                synchronize(handle)
             for owner, part in enumerate(parts):
-                offset = owner * length
-                for p in part:
-                    p.copy_(flat[offset:offset + p.numel()].view_as(p))
-                    offset += p.numel()
-            del flat
+                if owner != rank:
+                    self._unpack(flat[owner * length:(owner + 1) * length], part, lambda p: p)
         return loss
 
     # State: per-rank shards, consolidated, resharded.
