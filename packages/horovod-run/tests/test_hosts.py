@@ -52,3 +52,10 @@ def test_parse_host_files(tmp_path):
     path.write_text("h slot=3\n")
     with pytest.raises(ValueError, match="slots="):
         hosts.parse_host_files(str(path))
+    # Intel MPI's and MPICH's form, and Open MPI's max_slots, as the MPI Operator may write them.
+    path.write_text("w-0.job-worker.ns.svc:2\nw-1.job-worker.ns.svc slots=2 max_slots=4\n")
+    assert hosts.parse_host_files(str(path)) == "w-0.job-worker.ns.svc:2,w-1.job-worker.ns.svc:2"
+    for bad in ("h:x\n", ":2\n"):
+        path.write_text(bad)
+        with pytest.raises(ValueError, match="<host>:<n>"):
+            hosts.parse_host_files(str(path))

@@ -1,6 +1,7 @@
 """horovodrun end to end: real launcher and worker processes on the local host."""
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -164,6 +165,23 @@ def test_hostfile(tmp_path):
                        "import os; print(os.environ['HOROVOD_LOCAL_SIZE'])"])
     assert run.returncode == 0, run.stderr
     assert _lines(run.stdout, 0) == ["2"] and _lines(run.stdout, 1) == ["2"]
+
+
+def test_hostfile_names_that_do_not_resolve_are_refused(tmp_path):
+    # As from an MPI Operator launcher whose worker is not running (or a shortened name).
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=1\nno-such-job-worker-1.no-such-job-worker.default.svc slots=1\n")
+    marker = tmp_path / "ran"
+    command = [sys.executable, "-c", "open(%r, 'w').close()" % str(marker)]
+    for args, env, described in (
+            (["-np", "2", "--hostfile", str(hostfile)], None, str(hostfile)),
+            (["-np", "2"], dict(os.environ, OMPI_MCA_orte_default_hostfile=str(hostfile)),
+             "%s (named by OMPI_MCA_orte_default_hostfile)" % hostfile)):
+        run = _horovodrun(args + command, env=env)
+        assert run.returncode != 0
+        assert ("host name no-such-job-worker-1.no-such-job-worker.default.svc of the hostfile %s does not "
+                "resolve from this host" % described) in run.stderr, run.stderr
+        assert not marker.exists()
 
 
 def test_exactly_np_workers_when_more_slots(tmp_path):

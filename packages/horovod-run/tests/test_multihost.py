@@ -213,11 +213,23 @@ def test_two_hosts_two_slots_topology_and_no_secret_on_command_lines(bed, topolo
     assert positions == sorted(positions), run.stdout
 
 
-def test_hostfile(bed, topology_worker, tmp_path):
+@pytest.mark.parametrize("given", ["flag", "operator-variable"])
+def test_hostfile(bed, topology_worker, tmp_path, given):
     hostfile = tmp_path / "hosts.txt"
-    hostfile.write_text("%s slots=2\n%s slots=2\n" % (_addr(bed, 1), _addr(bed, 2)))
-    run = _horovodrun(bed, ["--gloo", "--disable-cache", "-np", "4", "--hostfile", str(hostfile),
-                            sys.executable, topology_worker])
+    if given == "flag":
+        hostfile.write_text("%s slots=2\n%s slots=2\n" % (_addr(bed, 1), _addr(bed, 2)))
+        run = _horovodrun(bed, ["--gloo", "--disable-cache", "-np", "4", "--hostfile", str(hostfile),
+                                sys.executable, topology_worker])
+    else:
+        # No -H nor --hostfile: Open MPI's default hostfile, as the Kubeflow MPI Operator sets it
+        # in its launcher (both of the forms it writes).
+        hostfile.write_text("%s slots=2\n%s:2\n" % (_addr(bed, 1), _addr(bed, 2)))
+        env = dict(bed.env(), OMPI_MCA_orte_default_hostfile=str(hostfile))
+        run = subprocess.run([sys.executable, "-m", "horovod.runner.launch", "--gloo", "--disable-cache", "--verbose",
+                              "-np", "4", sys.executable, topology_worker],
+                             capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=env)
+        assert ("Hosts from the hostfile %s, named by OMPI_MCA_orte_default_hostfile: %s:2,%s:2"
+                % (hostfile, _addr(bed, 1), _addr(bed, 2))) in run.stdout, run.stdout + run.stderr
     assert run.returncode == 0, run.stdout + run.stderr
     _check_topology(bed, _results(run.stdout))
 

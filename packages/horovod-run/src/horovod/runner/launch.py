@@ -417,11 +417,18 @@ def _run(args):
     args.slurm_allocation = None
     if not args.hosts and not args.host_discovery_script:
         if args.hostfile:
-            args.hosts = hosts.parse_host_files(args.hostfile)
+            args.hosts = _hosts_of_hostfile(args.hostfile, args.hostfile)
         elif in_lsf_job:
             args.hosts = lsf.LSFUtils.get_hosts_argument()
         elif in_slurm_job:
             args.slurm_allocation = _slurm_hosts(args)
+        elif os.environ.get(OPERATOR_HOSTFILE_VAR):
+            # Open MPI's default hostfile, as the Kubeflow MPI Operator sets it in its launchers.
+            hostfile = os.environ[OPERATOR_HOSTFILE_VAR]
+            args.hosts = _hosts_of_hostfile(hostfile, "%s (named by %s)" % (hostfile, OPERATOR_HOSTFILE_VAR))
+            if args.verbose:
+                print("Hosts from the hostfile %s, named by %s: %s" % (hostfile, OPERATOR_HOSTFILE_VAR, args.hosts),
+                      flush=True)
         else:
             args.hosts = "localhost:%d" % args.num_proc
     if args.num_proc is None and (in_lsf_job or in_slurm_job) and args.hosts:
@@ -429,6 +436,36 @@ def _run(args):
     if _is_elastic(args):
         return _run_elastic(args)
     return _run_static(args)
+
+
+# Open MPI's default hostfile; the Kubeflow MPI Operator points it at /etc/mpi/hostfile.
+OPERATOR_HOSTFILE_VAR = "OMPI_MCA_orte_default_hostfile"
+
+
+def _hosts_of_hostfile(path, described):
+    """``"host:n,..."`` of hostfile ``path``; ``described`` names it in messages.
+
+    Raises:
+        ValueError: the file cannot be read or parsed, or one of its host names does not
+            resolve from this host (the names are used as written, never shortened: between
+            Kubernetes pods only the full ``<pod>.<service>.<namespace>.svc`` names resolve).
+    """
+    try:
+        host_list = hosts.parse_host_files(path)
+    except OSError as e:
+        raise ValueError("cannot read the hostfile %s: %s" % (described, e)) from None
+    except ValueError as e:
+        raise ValueError("the hostfile %s: %s" % (described, e)) from None
+    if not host_list:
+        raise ValueError("the hostfile %s lists no host" % described)
+    names, _ = hosts.parse_hosts_and_slots(host_list)
+    unresolved = [name for name in names if network.resolve_host_address(name) is None]
+    if unresolved:
+        raise ValueError("host name%s %s of the hostfile %s do%s not resolve from this host; check "
+                         "the names (they are used as written), or that the workers they name are "
+                         "running" % ("s" if len(unresolved) > 1 else "", ", ".join(unresolved), described,
+                                      "" if len(unresolved) > 1 else "es"))
+    return host_list
 
 
 def _slurm_hosts(args):

@@ -49,10 +49,11 @@ INVALID_SLOT_INFO = SlotInfo("", -1, -1, -1, -1, -1, -1)
 
 
 def parse_host_files(filename: str) -> str:
-    """Turn a hostfile of ``<host> slots=<n>`` lines into ``"host:n,host:n"``.
+    """Turn a hostfile into ``"host:n,host:n"``.
 
-    Blank lines and lines starting with ``#`` are skipped; a host without ``slots=`` gets 1 slot.
-    Raises ``ValueError`` for a line it cannot read.
+    Lines are ``<host> slots=<n>`` (Open MPI's form; a ``max_slots=<m>`` field is ignored) or
+    ``<host>:<n>`` (Intel MPI's and MPICH's); a host with neither gets 1 slot. Blank lines and
+    lines starting with ``#`` are skipped. Raises ``ValueError`` for a line it cannot read.
     """
     hosts = []
     with open(filename) as f:
@@ -61,14 +62,21 @@ def parse_host_files(filename: str) -> str:
             if not line or line.startswith("#"):
                 continue
             fields = line.split()
-            slots = 1
-            for field in fields[1:]:
-                name, _, value = field.partition("=")
-                if name != "slots" or not value.isdigit():
-                    raise ValueError("cannot read hostfile line '%s': expected '<host> slots=<n>'"
-                                     % line)
+            name, slots = fields[0], 1
+            if len(fields) == 1 and ":" in name:
+                name, _, value = name.rpartition(":")
+                if not value.isdigit() or not name:
+                    raise ValueError("cannot read hostfile line '%s': expected '<host>:<n>' or "
+                                     "'<host> slots=<n>'" % line)
                 slots = int(value)
-            hosts.append("%s:%d" % (fields[0], slots))
+            for field in fields[1:]:
+                key, _, value = field.partition("=")
+                if key not in ("slots", "max_slots") or not value.isdigit():
+                    raise ValueError("cannot read hostfile line '%s': expected '<host> slots=<n>' "
+                                     "or '<host>:<n>'" % line)
+                if key == "slots":
+                    slots = int(value)
+            hosts.append("%s:%d" % (name, slots))
     return ",".join(hosts)
 
 
