@@ -35,6 +35,23 @@ def test_permanent_blacklist():
     assert manager.current_hosts.count_available_slots() == 2
 
 
+def test_a_blacklisted_host_that_left_the_discovery_comes_back_as_a_new_host():
+    # A deleted pod: its worker fails (blacklisting), its discovery line goes, it comes back.
+    hosts = discovery.FixedHosts({"a": 2, "b": 2})
+    manager = discovery.HostManager(hosts)
+    manager.update_available_hosts()
+    manager.blacklist("b")
+    old_event = manager.get_host_event("b")
+    assert manager.update_available_hosts() == HostUpdateResult.no_update and manager.is_blacklisted("b")
+    hosts.set({"a": 2})
+    manager.update_available_hosts()
+    assert not manager.is_blacklisted("b")
+    hosts.set({"a": 2, "b": 2})
+    assert manager.update_available_hosts() == HostUpdateResult.added
+    assert manager.current_hosts.host_slots == {"a": 2, "b": 2}
+    assert old_event.is_set() and not manager.get_host_event("b").is_set()
+
+
 def test_cooldown_brings_the_host_back_with_back_off():
     manager = discovery.HostManager(discovery.FixedHosts({"a": 1, "b": 1}), cooldown_range=(1, 2))
     manager.update_available_hosts()

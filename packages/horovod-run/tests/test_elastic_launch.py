@@ -213,6 +213,38 @@ def test_killed_worker_blacklists_its_host(bed, cooldown):
     _check_training(job, epochs)
 
 
+def test_deleted_pod_comes_back_under_its_name(bed, discovery):
+    """As on Kubernetes under the MPI Operator: the discovery prints hosts without slots
+    (--slots-per-host gives them); a worker "pod" is deleted (its processes killed first, then its
+    discovery line removed) and comes back under the same name: it left the discovery, so it was
+    removed, not faulty, and the job grows back onto it."""
+    script, set_hosts = discovery
+    both = [_addr(bed, 1), _addr(bed, 2)]
+    set_hosts(both)
+    epochs = 30  # enough for the pod to come back before the training ends
+    job = Job(_elastic_args("-np", "4", "--min-np", "2", "--max-np", "4", "--slots-per-host", "2",
+                            "--host-discovery-script", script, sys.executable, TRAIN, str(epochs)),
+              dict(bed.env(), STEP_SLEEP="0.15"))
+    job.wait_for(lambda: len(job.records("STEP")) >= 12, "steps at size 4")
+    for pid in bed.pids(2):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    # Its workers failed while it was still listed: blacklisted, until its line goes.
+    job.wait_for(lambda: any("blacklisting host %s" % _addr(bed, 2) in line for line in job.snapshot()),
+                 "the host's blacklisting")
+    set_hosts([_addr(bed, 1)])
+    job.wait_for(lambda: job.sizes()[-1:] == [2] and sum(r["size"] == 2 for _, r in job.records("STEP")) >= 4,
+                 "steps at size 2")
+    set_hosts(both)
+    job.wait_for(lambda: job.sizes()[-3:] == [4, 2, 4], "the pod's return", timeout=120)
+    code, output = job.finish()
+    assert code == 0, output
+    assert job.sizes() == [4, 2, 4], job.sizes()
+    _check_training(job, epochs)
+
+
 def test_reset_limit_exceeded(bed, discovery):
     script, set_hosts = discovery
     set_hosts(["%s:1" % _addr(bed, 1)])

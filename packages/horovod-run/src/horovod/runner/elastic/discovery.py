@@ -176,10 +176,16 @@ class HostManager:
         """Run the discovery once; return the :class:`HostUpdateResult` against the last run.
 
         A host that disappeared or lost slots counts as removed; a new host, more slots, or a
-        host whose cooldown expired counts as added. Raises what the discovery raises.
+        host whose cooldown expired counts as added. A blacklisted host that the discovery no
+        longer lists was removed, not faulty (a Kubernetes pod deleted, whose processes die
+        before its discovery entry goes): its blacklisting ends, and listed again it is a new
+        host. A host that stays listed stays blacklisted. Raises what the discovery raises.
         """
         found = self._discovery.find_available_hosts_and_slots()
         with self._lock:
+            for host, state in self._hosts_state.items():
+                if host not in found and state.is_blacklisted():
+                    state.whitelist()
             previous = self._current_hosts
             usable = {}
             for host, slots in found.items():
