@@ -6,7 +6,7 @@ ZeroRedundancyOptimizer (Gloo).
     python benchmarks/zero_memory_bench.py --np 2 4 --json benchmarks/results/zero-memory.json \\
         --markdown benchmarks/results/zero-memory.md
 
-Each (np, optimizer, allocator setting) is its own ``horovodrun -np N`` job, because a process's
+Each (np, optimizer, allocator setting) is its own ``horovodrun --gloo -np N`` job, because a process's
 peak resident set (``getrusage().ru_maxrss``) only grows. Resident memory depends on glibc's malloc
 as much as on what is allocated: by default its mmap threshold rises to the size of the largest
 block freed (up to 32 MiB), after which blocks of a training step's sizes come from heaps that keep
@@ -114,7 +114,8 @@ def worker(args):
 
 
 def run_job(args, kind, np_, threshold):
-    command = [sys.executable, "-m", "horovod.runner.launch", "-np", str(np_), "-H", f"localhost:{np_}",
+    # Gloo, the transport torch.distributed uses here too.
+    command = [sys.executable, "-m", "horovod.runner.launch", "--gloo", "-np", str(np_), "-H", f"localhost:{np_}",
                sys.executable, os.path.abspath(__file__), "--worker", "--kind", kind,
                "--layers", str(args.layers), "--width", str(args.width), "--batch", str(args.batch),
                "--steps", str(args.steps)]
@@ -176,7 +177,7 @@ def main():
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--mmap-thresholds", nargs="+", default=["default", "1048576"],
                         help="MALLOC_MMAP_THRESHOLD_ values (bytes) to run each job with; 'default': unset")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per job")

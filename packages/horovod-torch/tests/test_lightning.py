@@ -68,6 +68,9 @@ def lightning_module(optimizer='sgd', rank_values=None):
         def configure_optimizers(self):
             if optimizer == 'adam':
                 return torch.optim.Adam(self.parameters(), lr=0.01)
+            if optimizer == 'zero':
+                import horovod.torch as hvd
+                return hvd.ZeroRedundancyOptimizer(self.parameters(), torch.optim.Adam, lr=0.01)
             return torch.optim.SGD(self.parameters(), lr=LR, momentum=0.9)
 
     return Module()
@@ -141,6 +144,16 @@ def run_trainer_scenarios(hvd, out):
                      ckpt_path=os.path.join(checkpoint_dir, 'epoch=0.ckpt'))
     out['checkpoint'] = {'saved': saved, 'full': params(full), 'resumed': params(resumed),
                          'files': sorted(os.listdir(checkpoint_dir))}
+
+    # A ZeroRedundancyOptimizer from configure_optimizers: not wrapped again; Lightning's
+    # checkpoint holds its whole state, consolidated on rank 0.
+    zero_dir = os.path.join(checkpoint_dir, 'zero')
+    _, zero = fit(HorovodStrategy(), lightning_module('zero'), enable_checkpointing=True,
+                  callbacks=[ModelCheckpoint(dirpath=zero_dir, filename='{epoch}', save_top_k=-1)])
+    hvd.barrier()
+    state = torch.load(os.path.join(zero_dir, 'epoch=1.ckpt'), weights_only=False)['optimizer_states'][0]
+    out['zero'] = {'params': params(zero), 'state_entries': len(state['state']),
+                   'held': len(zero.trainer.optimizers[0].state)}
 
     # Early stopping: rank 0's metric stops improving after epoch 1, rank 1's keeps improving.
     values = [[3, 2, 2, 2, 2, 2], [3, 2, 1, 0, -1, -2]]
@@ -262,6 +275,15 @@ def test_checkpoint_from_rank_0_resumes(results):
     assert results[0]['checkpoint']['files'] == ['epoch=0.ckpt', 'epoch=1.ckpt']
     for r in results:
         assert_same(r['checkpoint']['resumed'], r['checkpoint']['full'], 1e-7, 'resumed run differs')
+
+
+def test_zero_redundancy_optimizer_under_the_strategy(results):
+    for r in results:
+        # Adam sharded over the ranks trains as Adam under DistributedOptimizer.
+        assert_same(r['zero']['params'], r['checkpoint']['full'], 1e-6, 'ZeRO differs from DistributedOptimizer')
+        assert r['zero']['state_entries'] == 4  # the whole state: every parameter of the model
+    # Sharded by size: the 32-element weight alone on one rank, the other three (8, 8, 1) on the other.
+    assert sorted(r['zero']['held'] for r in results) == [1, 3]
 
 
 def test_early_stopping_stops_every_rank_at_the_same_epoch(results):

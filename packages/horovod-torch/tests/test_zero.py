@@ -7,8 +7,11 @@ in this process."""
 
 import copy
 import os
+import pathlib
+import sys
 import tempfile
 
+import numpy as np
 import pytest
 import torch
 from horovod_testing import run_ranks
@@ -314,3 +317,50 @@ def test_partition_is_greedy_by_size():
     assert partition_parameters([[7, 3]], 1) == [[0, 0]]
     with pytest.raises(ValueError, match='positive number of ranks'):
         partition_parameters([[1]], 0)
+
+
+ELASTIC_SCRIPT = pathlib.Path(__file__).resolve().parent / 'elastic_scripts' / 'zero_elastic_train.py'
+ELASTIC_STEPS = 30
+
+
+def elastic_reference():
+    """The elastic script's training in one process: plain AdamW on each global batch."""
+    sys.path.insert(0, str(ELASTIC_SCRIPT.parent))
+    try:
+        import zero_elastic_train as script
+    finally:
+        sys.path.pop(0)
+    model = script.make_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    for step in range(ELASTIC_STEPS):
+        x, y = script.global_batch(step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return [p.detach().reshape(-1).tolist() for p in model.parameters()]
+
+
+def test_elastic_reset_from_4_to_2_ranks_keeps_the_state(tmp_path):
+    from horovod_testing.elastic import ElasticJob, check_finals, discovery_script
+    script, set_hosts = discovery_script(str(tmp_path))
+    # Two "hosts" of this machine (the engine tells them apart by name), two slots each.
+    set_hosts(['localhost:2', '127.0.0.1:2'])
+    args = ['--network-interface', 'lo', '-np', '4', '--min-np', '2', '--max-np', '4',
+            '--host-discovery-script', script, sys.executable, str(ELASTIC_SCRIPT), str(ELASTIC_STEPS)]
+    env = dict(os.environ, STEP_SLEEP='0.1', OMP_NUM_THREADS='1')
+    with ElasticJob(args, env, timeout=240) as job:
+        job.wait_for(lambda: sum(r['size'] == 4 and r['rank'] == 0 for r in job.steps()) >= 5, 'steps at size 4',
+                     timeout=180)
+        set_hosts(['localhost:2'])
+        code, output = job.finish()
+    assert code == 0, output
+    assert job.sizes() == [4, 2], output
+    # At 4 ranks each held the state of about a quarter of the 8 parameters, at 2 about half.
+    held = {(r['size'], r['rank']): r['held'] for r in job.steps() if r['steps'] > 1}
+    assert sum(v for (size, _), v in held.items() if size == 4) == 8
+    assert all(v == 4 for (size, _), v in held.items() if size == 2), held
+    finals = [r for _, r in job.records('FINAL')]
+    assert sorted(r['rank'] for r in finals) == [0, 1] and all(r['held'] == 4 for r in finals), finals
+    params = check_finals(job, key='params')
+    for got, want in zip(params, elastic_reference(), strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
