@@ -45,7 +45,7 @@ def test_a_blacklisted_host_that_left_the_discovery_comes_back_as_a_new_host():
     assert manager.update_available_hosts() == HostUpdateResult.no_update and manager.is_blacklisted("b")
     hosts.set({"a": 2})
     manager.update_available_hosts()
-    assert not manager.is_blacklisted("b")
+    assert not manager.is_blacklisted("b") and manager.forgotten == ["b"]
     hosts.set({"a": 2, "b": 2})
     assert manager.update_available_hosts() == HostUpdateResult.added
     assert manager.current_hosts.host_slots == {"a": 2, "b": 2}

@@ -235,6 +235,8 @@ def test_deleted_pod_comes_back_under_its_name(bed, discovery):
     job.wait_for(lambda: any("blacklisting host %s" % _addr(bed, 2) in line for line in job.snapshot()),
                  "the host's blacklisting")
     set_hosts([_addr(bed, 1)])
+    job.wait_for(lambda: any("host %s is no longer listed: removed, not faulty" % _addr(bed, 2) in line
+                             for line in job.snapshot()), "the host's removal")
     job.wait_for(lambda: job.sizes()[-1:] == [2] and sum(r["size"] == 2 for _, r in job.records("STEP")) >= 4,
                  "steps at size 2")
     set_hosts(both)

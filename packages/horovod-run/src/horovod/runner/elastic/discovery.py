@@ -166,6 +166,7 @@ class HostManager:
         self._hosts_state = collections.defaultdict(lambda: HostState(cooldown_range))
         self._current_hosts = DiscoveredHosts({}, [])
         self._lock = threading.RLock()
+        self.forgotten = []  # blacklisted hosts the last discovery run no longer listed
 
     @property
     def current_hosts(self):
@@ -179,13 +180,16 @@ class HostManager:
         host whose cooldown expired counts as added. A blacklisted host that the discovery no
         longer lists was removed, not faulty (a Kubernetes pod deleted, whose processes die
         before its discovery entry goes): its blacklisting ends, and listed again it is a new
-        host. A host that stays listed stays blacklisted. Raises what the discovery raises.
+        host (:attr:`forgotten` lists those of this run). A host that stays listed stays
+        blacklisted. Raises what the discovery raises.
         """
         found = self._discovery.find_available_hosts_and_slots()
         with self._lock:
+            self.forgotten = []
             for host, state in self._hosts_state.items():
                 if host not in found and state.is_blacklisted():
                     state.whitelist()
+                    self.forgotten.append(host)
             previous = self._current_hosts
             usable = {}
             for host, slots in found.items():

@@ -148,6 +148,9 @@ class ElasticDriver:
                     print("horovodrun elastic: host discovery failed (retrying): %s" % e,
                           file=sys.stderr, flush=True)
                     update_res = HostUpdateResult.no_update
+                for host in self._host_manager.forgotten:
+                    self._say("host %s is no longer listed: removed, not faulty; its blacklisting "
+                              "ends" % host)
                 if update_res != HostUpdateResult.no_update:
                     self._say("hosts changed (%s): %s" % (
                         update_res.name if update_res.name else int(update_res),
