@@ -58,7 +58,12 @@ class State(object):
         self._reset_callbacks = []
 
     def register_reset_callbacks(self, callbacks):
-        """Adds callables (no arguments) run after each reset, in order."""
+        """Adds callables run after each reset, in order.
+
+        Args:
+            callbacks: an iterable of callables taking no arguments; they run on every rank after
+                Horovod was re-initialised and :meth:`reset` ran.
+        """
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
@@ -112,15 +117,27 @@ class State(object):
             raise HostsUpdatedInterrupt(skip_sync=(flags == HostUpdateResult.removed))
 
     def save(self):
-        """Snapshots the state in memory (implemented by subclasses)."""
+        """Snapshots the state in memory (implemented by subclasses).
+
+        Raises:
+            NotImplementedError: always, here; subclasses override it.
+        """
         raise NotImplementedError()
 
     def restore(self):
-        """Rolls the state back to the last snapshot (implemented by subclasses)."""
+        """Rolls the state back to the last snapshot (implemented by subclasses).
+
+        Raises:
+            NotImplementedError: always, here; subclasses override it.
+        """
         raise NotImplementedError()
 
     def sync(self):
-        """Makes every rank's state equal to rank 0's (implemented by subclasses; collective)."""
+        """Makes every rank's state equal to rank 0's (implemented by subclasses; collective).
+
+        Raises:
+            NotImplementedError: always, here; subclasses override it.
+        """
         raise NotImplementedError()
 
     def reset(self):

@@ -34,7 +34,13 @@ class WorkerRemovedError(RuntimeError):
 
 
 class HorovodVersionMismatchError(ImportError):
-    """A framework package found a framework version it does not support."""
+    """A framework package found a framework version it does not support.
+
+    Args:
+        name (str): the framework's distribution name, e.g. ``"torch"``.
+        version (str): the version Horovod was built or checked for.
+        installed_version (str): the version found installed.
+    """
 
     def __init__(self, name, version, installed_version):
         super().__init__(get_version_mismatch_message(name, version, installed_version))

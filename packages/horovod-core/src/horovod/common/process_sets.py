@@ -156,6 +156,10 @@ def remove_process_set(process_set):
     """Removes a process set on every rank (a blocking collective over all global ranks) and
     invalidates the object. Operations still queued on the set fail.
 
+    Args:
+        process_set (ProcessSet): the set to remove, as returned by :func:`add_process_set` or
+            passed to ``hvd.init(process_sets=...)``.
+
     Returns:
         False for an object that is not registered or for the global set, else whether the
         engine removed the set."""

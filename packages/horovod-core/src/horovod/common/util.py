@@ -154,6 +154,19 @@ def get_average_backwards_compatibility_fun(reduce_ops):
     import warnings
 
     def handle_average_backwards_compatibility(op, average):
+        """The reduce op that a collective's ``op`` and deprecated ``average`` arguments ask for.
+
+        Args:
+            op: a reduce op (``Average``, ``Sum``, ...) or None.
+            average (bool or None): the deprecated spelling: True for ``Average``, False for
+                ``Sum`` (with a ``DeprecationWarning``).
+
+        Returns:
+            ``op`` when given, else what ``average`` asks for, else ``Average``.
+
+        Raises:
+            ValueError: both ``op`` and ``average`` are given.
+        """
         if op is not None:
             if average is not None:
                 raise ValueError("The op parameter supersedes average. Please provide only one of them.")

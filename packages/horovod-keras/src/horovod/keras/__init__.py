@@ -95,7 +95,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
             ``register_local_var`` (never reduced) by the process set size.
 
     Raises:
-        ValueError: see :func:`horovod._keras.create_distributed_optimizer`.
+        ValueError: see ``horovod._keras.create_distributed_optimizer``.
     """
     return _impl.create_distributed_optimizer(
         keras, optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
@@ -111,6 +111,14 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sp
                                 scale_local_gradients=True):
     """A :func:`DistributedOptimizer` whose trainable weights of ``local_layers`` (a Keras layer
     or a list of them) are local: their gradients are not reduced across ranks.
+
+    The arguments ``optimizer``, ``name``, ``device_dense``, ``device_sparse``, ``compression``,
+    ``sparse_as_dense``, ``gradient_predivide_factor``, ``op``, ``backward_passes_per_step``,
+    ``average_aggregated_gradients``, ``groups``, ``process_set`` and ``scale_local_gradients``
+    are those of :func:`DistributedOptimizer`.
+
+    Args:
+        local_layers: a Keras layer or a list of them whose trainable weights are local.
 
     Raises:
         ValueError: an entry of ``local_layers`` is not a Keras layer, or as for
@@ -139,7 +147,13 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sp
 
 def broadcast_variables(variables, root_rank=0, process_set=global_process_set):
     """Sets each Keras variable of ``variables`` to its value on ``root_rank`` (bitwise, one
-    broadcast for all of them). Every rank passes the same variables in the same order."""
+    broadcast for all of them). Every rank passes the same variables in the same order.
+
+    Args:
+        variables: a list of Keras variables (any shapes and dtypes).
+        root_rank (int): the global rank whose values are sent.
+        process_set: the ``ProcessSet`` to broadcast over (default: every rank).
+    """
     _impl.broadcast_variables(keras, _backend, variables, root_rank, process_set)
 
 
@@ -164,6 +178,14 @@ def allreduce(value, name=None, average=True, prescale_factor=1.0, postscale_fac
     ``op`` (``hvd.Average``, ``hvd.Sum``, ...) takes precedence over ``average`` (True: Average,
     False: Sum); ``result = postscale * op(prescale * value)``.
 
+    Args:
+        value: a number, numpy array or backend tensor (int32, int64 or float; any shape).
+        name (str): the engine name, the same on every rank; None for an automatic one.
+        average (bool): deprecated; True for Average, False for Sum.
+        prescale_factor, postscale_factor (float): factors applied before and after the reduction.
+        op: ``hvd.Average``, ``hvd.Sum``, ... or None for what ``average`` says.
+        compression: ``hvd.Compression.none`` or ``hvd.Compression.fp16`` (sent as float16).
+
     Raises:
         ValueError: both ``op`` and ``average=False`` given; an unsupported dtype (from the
             framework's allreduce).
@@ -178,18 +200,36 @@ def allreduce(value, name=None, average=True, prescale_factor=1.0, postscale_fac
 
 def allgather(value, name=None):
     """Concatenation of every rank's ``value`` along dimension 0, in rank order (first dimensions
-    may differ); a backend tensor."""
+    may differ); a backend tensor.
+
+    Args:
+        value: a numpy array or backend tensor; the other dimensions and the dtype are the same on
+            every rank.
+        name (str): the engine name, the same on every rank; None for an automatic one.
+    """
     return _impl.allgather(keras, _backend, value, name)
 
 
 def broadcast(value, root_rank, name=None):
-    """``value`` of rank ``root_rank``, on every rank (same shape and dtype on all ranks)."""
+    """``value`` of rank ``root_rank``, on every rank (same shape and dtype on all ranks).
+
+    Args:
+        value: a numpy array or backend tensor.
+        root_rank (int): the global rank whose value is sent.
+        name (str): the engine name, the same on every rank; None for an automatic one.
+    """
     return _impl.broadcast(keras, _backend, value, root_rank, name)
 
 
 def reducescatter(value, name=None, op=Average):
     """Reduces ``value`` over all ranks (``op`` Average or Sum) and returns this rank's part of
-    dimension 0 (the first ``dim0 % size`` ranks get one extra row)."""
+    dimension 0 (the first ``dim0 % size`` ranks get one extra row).
+
+    Args:
+        value: a numpy array or backend tensor, the same shape and dtype on every rank.
+        name (str): the engine name, the same on every rank; None for an automatic one.
+        op: ``hvd.Average`` (default) or ``hvd.Sum``.
+    """
     return _impl.reducescatter(keras, _backend, value, name, op)
 
 

@@ -31,6 +31,9 @@ class MetricAverageCallback(_impl.MetricAverageCallbackImpl, keras.callbacks.Cal
     """At each epoch end, replaces every metric in ``logs`` by its average over all ranks (one
     allreduce of all of them, float64). Put it before callbacks that read the metrics.
 
+    Args:
+        device: accepted for compatibility; the allreduce runs on the CPU.
+
     Raises:
         ValueError: a ``logs`` entry is not a scalar.
     """
@@ -89,6 +92,13 @@ class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
     """``keras.callbacks.ModelCheckpoint`` with ``save_best_only=True`` whose ``filepath`` is set
     later, as an attribute (typically on rank 0 only: ``cb.filepath = 'best.keras'``).
 
+    Args:
+        monitor (str): the metric that decides which epoch is best, as Keras names it in ``logs``.
+        verbose (int): 1 prints a line when a model is saved.
+        save_weights_only (bool): save the weights only (``.weights.h5``), not the whole model.
+        mode: ``'auto'``, ``'min'`` or ``'max'``: whether smaller or larger ``monitor`` is better.
+        save_freq: ``'epoch'``, or a number of batches between checks.
+
     Raises:
         ValueError: at the start of training, when ``filepath`` was not set or does not end in
             ``.keras`` (``.weights.h5`` with ``save_weights_only``).
@@ -104,6 +114,14 @@ class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
         self.filepath = None
 
     def on_train_begin(self, logs=None):
+        """Checks ``filepath`` before training starts.
+
+        Args:
+            logs: Keras's logs dict (passed on).
+
+        Raises:
+            ValueError: ``filepath`` is unset or has the wrong suffix.
+        """
         suffix = '.weights.h5' if self.save_weights_only else '.keras'
         if not self.filepath or not str(self.filepath).endswith(suffix):
             raise ValueError('BestModelCheckpoint needs its filepath attribute set to a path ending '

@@ -55,6 +55,12 @@ def init(*args, **kwargs):
 
     Starting the engine drops the handles of an earlier run and restarts the automatic names.
 
+    Args:
+        *args: ``comm`` and ``process_sets``, as ``horovod.common.basics.HorovodBasics.init``
+            takes them: ``comm`` None for every process of the job; ``process_sets`` None, a
+            list of ``ProcessSet`` objects (the same list on every rank) or ``"dynamic"``.
+        **kwargs: the same, by name.
+
     Raises:
         ValueError: the engine could not start, or a process set is a duplicate.
     """
@@ -224,7 +230,12 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set, op=None):
     """In-place allreduce: the reduction is written into ``tensor``, which is returned.
 
-    Same arguments, semantics and errors as :func:`allreduce`.
+    Args:
+        tensor, average, name, priority, prescale_factor, postscale_factor, process_set, op: as
+            for :func:`allreduce`; ``tensor`` receives the result.
+
+    Raises:
+        ValueError, UnsupportedOpError, HorovodInternalError: as for :func:`allreduce`.
     """
     _check_array(tensor, _REDUCE_DTYPES, 'allreduce_')
     _check_priority(priority)
@@ -267,7 +278,12 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
     """In-place grouped allreduce: each reduction is written into its input; returns
     ``tensors``.
 
-    Same arguments, semantics and errors as :func:`grouped_allreduce`.
+    Args:
+        tensors, average, name, priority, prescale_factor, postscale_factor, process_set, op: as
+            for :func:`grouped_allreduce`; each array of ``tensors`` receives its result.
+
+    Raises:
+        ValueError, UnsupportedOpError, HorovodInternalError: as for :func:`grouped_allreduce`.
     """
     _check_arrays(tensors, _REDUCE_DTYPES, 'grouped_allreduce_')
     _check_priority(priority)
@@ -378,7 +394,12 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
     """In-place broadcast: the root's values are written into ``tensor`` on the other ranks
     (the root's array is unchanged); returns ``tensor``.
 
-    Same arguments and errors as :func:`broadcast`.
+    Args:
+        tensor, root_rank, name, priority, process_set: as for :func:`broadcast`; ``tensor``
+            receives the root's values.
+
+    Raises:
+        ValueError, HorovodInternalError: as for :func:`broadcast`.
     """
     _check_array(tensor, _MOVE_DTYPES, 'broadcast_')
     _check_priority(priority)

@@ -115,9 +115,22 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         self.__dict__.update(state)
 
     def create_state_multi_precision(self, index, weight):
+        """The wrapped optimizer's ``create_state_multi_precision(index, weight)``: the state of
+        one weight (with a float32 master copy for float16 weights).
+
+        Args:
+            index (int): the weight's index.
+            weight: the weight's NDArray.
+        """
         return self._optimizer.create_state_multi_precision(index, weight)
 
     def create_state(self, index, weight):
+        """The wrapped optimizer's ``create_state(index, weight)``: the state of one weight.
+
+        Args:
+            index (int): the weight's index.
+            weight: the weight's NDArray.
+        """
         return self._optimizer.create_state(index, weight)
 
     def _set_current_context(self, device_id):
@@ -162,17 +175,36 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         self._optimizer.update(index, weight, grad, state)
 
     def update_multi_precision(self, index, weight, grad, state):
-        """As :meth:`update`, then calls the wrapped ``update_multi_precision``."""
+        """As :meth:`update`, then calls the wrapped ``update_multi_precision``.
+
+        Args:
+            index, weight, grad, state: as for :meth:`update`.
+        """
         self._allreduce_grads(index, grad)
         self._optimizer.update_multi_precision(index, weight, grad, state)
 
     def set_learning_rate(self, lr):
+        """Sets the wrapped optimizer's learning rate.
+
+        Args:
+            lr (float): the new rate.
+        """
         self._optimizer.set_learning_rate(lr)
 
     def set_lr_mult(self, args_lr_mult):
+        """Sets the wrapped optimizer's per-parameter learning-rate multipliers.
+
+        Args:
+            args_lr_mult (dict): parameter name or index -> multiplier (float).
+        """
         self._optimizer.set_lr_mult(args_lr_mult)
 
     def set_wd_mult(self, args_wd_mult):
+        """Sets the wrapped optimizer's per-parameter weight-decay multipliers.
+
+        Args:
+            args_wd_mult (dict): parameter name or index -> multiplier (float).
+        """
         self._optimizer.set_wd_mult(args_wd_mult)
 
 

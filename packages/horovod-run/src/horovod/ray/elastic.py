@@ -56,8 +56,19 @@ class ElasticRayExecutor:
         """Settings of an :class:`ElasticRayExecutor`: a runner ``ElasticSettings`` with a new
         secret. ``min_np``/``max_np`` are deprecated aliases (``DeprecationWarning``) of
         ``min_num_proc``/``max_num_proc``; ``timeout_s`` is the workers' start timeout (seconds);
-        ``ssh_identity_file`` defaults to ``~/ray_bootstrap_key.pem``; other keywords go to
-        ``ElasticSettings`` (e.g. ``verbose``, ``cooldown_range``)."""
+        ``ssh_identity_file`` defaults to ``~/ray_bootstrap_key.pem``.
+
+        Args:
+            min_num_proc (int): the fewest workers the job runs with.
+            max_num_proc (int): the most workers; None for as many as slots are discovered.
+            reset_limit (int): how many times the job may be reset; None for no limit.
+            elastic_timeout (int): seconds to wait for ``min_num_proc`` slots after a reset.
+            timeout_s (int): the workers' start timeout, seconds.
+            ssh_identity_file (str): the key of the Ray nodes' ssh.
+            nics (str or set): the network interfaces the workers use; None for all.
+            min_np, max_np: deprecated aliases of ``min_num_proc`` and ``max_num_proc``.
+            **kwargs: other fields of ``ElasticSettings`` (e.g. ``verbose``, ``cooldown_range``).
+        """
         if min_np is not None:
             warnings.warn("min_np is deprecated, use min_num_proc", DeprecationWarning, stacklevel=2)
             min_num_proc = min_np
@@ -102,7 +113,11 @@ class ElasticRayExecutor:
 
     def start(self):
         """Start the rendezvous server and the driver; wait for ``min_num_proc`` slots (see
-        :meth:`horovod.ray.RayExecutor.start`)."""
+        :meth:`horovod.ray.RayExecutor.start`).
+
+        Raises:
+            RuntimeError: the executor is already started, or the driver could not start.
+        """
         if self.adapter is not None:
             raise RuntimeError("the ElasticRayExecutor is already started")
         self.adapter = ElasticAdapter(self.settings, self.params)
@@ -115,7 +130,16 @@ class ElasticRayExecutor:
 
     def run(self, worker_fn: Callable[[], Any], callbacks: Optional[List[Callable]] = None) -> List[Any]:
         """``worker_fn()`` on every worker, as :meth:`horovod.ray.RayExecutor.run` in elastic mode:
-        the values of the last round's workers in rank order; ``RuntimeError`` on failure."""
+        the values of the last round's workers in rank order.
+
+        Args:
+            worker_fn: a function of no arguments, run on every worker.
+            callbacks: functions called on the driver with every result a worker sends through
+                ``horovod.ray.ray_logger``.
+
+        Raises:
+            RuntimeError: the executor is not started, or the job failed.
+        """
         if self.adapter is None:
             raise RuntimeError("the ElasticRayExecutor is not started: call start() first")
         return self.adapter.run(worker_fn, callbacks=callbacks)

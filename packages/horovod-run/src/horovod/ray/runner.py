@@ -438,7 +438,14 @@ class RayExecutor:
         ``min_workers`` slots (on 2 nodes unless ``nics`` was given, to find the network
         interface) and choose the interface; the workers are created by each :meth:`run`.
 
+        Args:
+            executable_cls: a class instantiated in every worker (None: no object).
+            executable_args: positional arguments of ``executable_cls``.
+            executable_kwargs: keyword arguments of ``executable_cls``.
+            extra_env_vars (dict): environment variables set in every worker, besides Horovod's.
+
         Raises:
+            RuntimeError: the executor is already started.
             TimeoutError: the placement group was not placed within ``placement_group_timeout_s``,
                 or the workers did not start within ``timeout_s``.
             horovod.runner.common.util.timeout.TimeoutException: elastic mode, fewer than
@@ -484,11 +491,23 @@ class RayExecutor:
     def run_remote(self, fn: Callable[..., Any], args: Optional[List] = None,
                    kwargs: Optional[Dict] = None) -> List[Any]:
         """Like :meth:`run` without waiting: one Ray object ref per rank, in rank order.
-        ``NotImplementedError`` in elastic mode (its workers come and go)."""
+        ``NotImplementedError`` in elastic mode (its workers come and go).
+
+        Args:
+            fn: the function to run, ``fn(*args, **kwargs)`` on every worker.
+            args (list): its positional arguments.
+            kwargs (dict): its keyword arguments.
+        """
         return self._adapter().run_remote(fn, args, kwargs)
 
     def execute(self, fn: Callable[[Any], Any], callbacks: Optional[List[Callable]] = None) -> List[Any]:
-        """``fn(executable)`` on every worker; the results in rank order (failures as :meth:`run`)."""
+        """``fn(executable)`` on every worker; the results in rank order (failures as :meth:`run`).
+
+        Args:
+            fn: a function of the object ``start`` created in each worker.
+            callbacks: functions called on the driver with every result a worker sends through
+                ``horovod.ray.ray_logger``.
+        """
         return self._adapter().execute(fn, callbacks)
 
     def execute_single(self, fn: Callable[[Any], Any]) -> Any:

@@ -50,6 +50,32 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
     ``np``, ``min_np``, ``max_np`` and a comma-separated ``network_interface`` are deprecated
     spellings (``DeprecationWarning``).
 
+    Args:
+        func: the function each worker runs; ``args`` and ``kwargs`` are its arguments.
+        num_proc (int): the number of workers (``-np``).
+        min_num_proc, max_num_proc (int): elastic mode's fewest and most workers (``--min-np``,
+            ``--max-np``).
+        slots (int): workers per host found by ``host_discovery_script`` (``--slots-per-host``).
+        reset_limit (int): how many times an elastic job may be reset (``--reset-limit``).
+        cooldown_range (tuple): seconds a failed host is excluded, least and most
+            (``--blacklist-cooldown-range``).
+        hosts (str): ``"host1:2,host2:4"`` (``-H``); hostfile (str): a file of ``host slots=N``
+            lines (``--hostfile``).
+        host_discovery_script (str): a script printing the available ``host:slots``, for
+            elastic mode (``--host-discovery-script``).
+        start_timeout (int): seconds to wait for every worker to start (``--start-timeout``).
+        ssh_port (int), ssh_identity_file (str): how to reach remote hosts (``-p``, ``-i``).
+        disable_cache (bool): do not cache the checks of the hosts (``--disable-cache``).
+        output_filename (str): a folder for each worker's output (``--output-filename``).
+        verbose (int): the launcher's log level (``--verbose``).
+        use_gloo, use_mpi (bool): the controller to run with (``--gloo``, ``--mpi``).
+        mpi_args (str): more arguments of ``mpirun`` (``--mpi-args``).
+        network_interface, network_interfaces: the interfaces to use (``--network-interfaces``);
+            a list, or a comma-separated string (deprecated).
+        executable (str): the Python that runs ``func`` on the workers (default: this one).
+        np, min_np, max_np: deprecated spellings of ``num_proc``, ``min_num_proc``,
+            ``max_num_proc``.
+
     Returns:
         A list indexed by rank of the values ``func`` returned.
 

@@ -95,16 +95,20 @@ class TensorFlowKerasState(ObjectState):
         return variables
 
     def save(self):
+        """Copies the model's and optimizer's variables (in memory), then the attributes."""
         self._saved_variables = _snapshot(self._variables())
         super().save()
 
     def restore(self):
+        """Assigns the variables and attributes their values at the last :meth:`save`."""
         variables = self._variables()
         for variable, value in zip(variables, self._saved_variables, strict=False):
             variable.assign(value)
         super().restore()
 
     def sync(self):
+        """Broadcasts the variables (building the optimizer's first where rank 0's is built) and
+        the attributes from rank 0, then saves them; a collective: every rank calls it."""
         _build_optimizer_like_root(self.model, self.optimizer, self._bcast_object)
         broadcast_variables(self._variables(), root_rank=0)
         self._saved_variables = _snapshot(self._variables())
@@ -122,15 +126,19 @@ class TensorFlowState(ObjectState):
         super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
 
     def save(self):
+        """Copies the variables (in memory), then the attributes."""
         self._saved_variables = _snapshot(self.variables)
         super().save()
 
     def restore(self):
+        """Assigns the variables and attributes their values at the last :meth:`save`."""
         for variable, value in zip(self.variables, self._saved_variables, strict=True):
             variable.assign(value)
         super().restore()
 
     def sync(self):
+        """Broadcasts the variables and attributes from rank 0, then saves them; a collective:
+        every rank calls it."""
         if self.variables:
             broadcast_variables(self.variables, root_rank=0)
         self._saved_variables = _snapshot(self.variables)

@@ -84,12 +84,20 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
         self.device = device
 
     def begin(self):
+        """Builds the broadcast op in the default graph (called by the session before it is
+        created; again for a new graph)."""
         graph = tf.compat.v1.get_default_graph()
         if self.bcast_op is None or self.bcast_op.graph is not graph:
             with tf.device(self.device):
                 self.bcast_op = broadcast_global_variables(self.root_rank)
 
     def after_create_session(self, session, coord):
+        """Runs the broadcast op once the session exists.
+
+        Args:
+            session: the ``tf.compat.v1.Session`` just created.
+            coord: its ``tf.train.Coordinator`` (unused).
+        """
         session.run(self.bcast_op)
 
 
@@ -127,7 +135,14 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
     """Returns ``_bcast(obj)``, which broadcasts ``obj`` from ``root_rank`` as
-    ``broadcast_object`` does, under the base name ``name`` (default 'broadcast_object_fn')."""
+    :func:`broadcast_object` does.
+
+    Args:
+        root_rank (int): the global rank whose object is sent.
+        session: ignored (TF1 compatibility).
+        name (str): the base engine name of every broadcast; default ``'broadcast_object_fn'``.
+        process_set: the ``ProcessSet`` to broadcast over.
+    """
     name = name or 'broadcast_object_fn'
 
     def _bcast(obj):

@@ -83,7 +83,16 @@ class LocalGradientAggregationHelper:
     def compute_gradients(self, grads, vars):
         """Adds ``grads`` to the accumulators. On every ``backward_passes_per_step``-th call, returns
         the reduced accumulated gradients and clears the accumulators; otherwise returns the local
-        accumulated values. None gradients stay None."""
+        accumulated values. None gradients stay None.
+
+        Args:
+            grads: a list of gradients (dense tensors, ``tf.IndexedSlices`` or None), one per
+                variable.
+            vars: the variables, in the order of ``grads``.
+
+        Returns:
+            A list of gradients in the order of ``grads``.
+        """
         grads = self._dense(list(grads))
         vars = list(vars)
         if self._accumulators is None:
@@ -120,7 +129,17 @@ class LocalGradientAggregationHelper:
     @_no_autograph
     def apply_gradients(self, apply_closure, optimizer, *args, **kwargs):
         """Runs ``apply_closure()`` when the last ``compute_gradients`` reduced (the counter is 0);
-        otherwise only increments ``optimizer.iterations``, so the step count moves every call."""
+        otherwise only increments ``optimizer.iterations``, so the step count moves every call.
+
+        Args:
+            apply_closure: ``apply_closure()`` applies the gradients with the wrapped optimizer.
+            optimizer: the optimizer whose ``iterations`` counts the steps.
+            *args: accepted for compatibility with the optimizer's signature; unused.
+            **kwargs: the same.
+
+        Returns:
+            A boolean tensor: whether the gradients were applied.
+        """
 
         def apply():
             apply_closure()

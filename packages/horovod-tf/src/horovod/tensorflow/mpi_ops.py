@@ -61,15 +61,31 @@ _REDUCE_OPS = (Average, Sum, Min, Max, Product)
 
 
 def init(*args, **kwargs):
-    """Starts Horovod in this process (``horovod.common.basics.HorovodBasics.init``: ``comm``,
-    ``process_sets``). Raises ValueError when the engine cannot start (the message says why).
-    Starting the engine drops the handles of an earlier run and restarts the automatic names."""
+    """Starts Horovod in this process. Starting the engine drops the handles of an earlier run
+    and restarts the automatic names.
+
+    Args:
+        *args: ``comm`` and ``process_sets``, as ``horovod.common.basics.HorovodBasics.init``
+            takes them: ``comm`` None for every process of the job; ``process_sets`` None, a
+            list of ``ProcessSet`` objects (the same list on every rank) or ``"dynamic"``.
+        **kwargs: the same, by name.
+
+    Raises:
+        ValueError: the engine cannot start (the message says why: an invalid HOROVOD_*
+            variable, a rendezvous timeout, a duplicate process set).
+    """
     return _basics.init(*args, **kwargs)
 
 
 def shutdown(*args, **kwargs):
     """Stops Horovod in this process; pending operations on every rank fail. Safe when Horovod
-    is not running; ``init()`` may be called again afterwards."""
+    is not running; ``init()`` may be called again afterwards.
+
+    Args:
+        *args: upstream's signature; ``HorovodBasics.shutdown`` takes no argument, so any
+            raises ``TypeError``.
+        **kwargs: the same.
+    """
     return _basics.shutdown(*args, **kwargs)
 
 
@@ -343,8 +359,20 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
 
 @_no_autograph
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """Allgather of a list of tensors submitted as one group; returns a list. As ``allgather``
-    for each member."""
+    """:func:`allgather` of a list of tensors, submitted to the engine as one group.
+
+    Args:
+        tensors: a list of tensors, each as :func:`allgather` takes it (dtypes and shapes may
+            differ between the entries; dimension 0 may differ between ranks).
+        name, ignore_name_scope: the group's engine name (see the module's docstring).
+        process_set: the ``ProcessSet`` to gather over.
+
+    Returns:
+        A list of the gathered tensors, in input order.
+
+    Raises:
+        ValueError: as for :func:`allgather`, for any entry.
+    """
     return _allgather_group(tensors, name, ignore_name_scope, process_set, grouped=True)
 
 
@@ -621,25 +649,42 @@ def _runtime_int(fn, name, default_name):
 @_no_autograph
 def size_op(process_set_id=0, name=None):
     """int32 scalar tensor: the number of ranks of the process set, read when the op runs (it
-    follows re-initialisation in elastic mode). Not differentiable."""
+    follows re-initialisation in elastic mode). Not differentiable.
+
+    Args:
+        process_set_id (int): the set's id (``ProcessSet.process_set_id``); 0 is the global set.
+        name (str): the TensorFlow op's name; None for a default.
+    """
     return _runtime_int(lambda: _basics._process_set_size(process_set_id), name, 'HorovodSize')
 
 
 @_no_autograph
 def local_size_op(name=None):
-    """int32 scalar tensor: the number of ranks on this host, read when the op runs."""
+    """int32 scalar tensor: the number of ranks on this host, read when the op runs.
+
+    Args:
+        name (str): the TensorFlow op's name; None for a default.
+    """
     return _runtime_int(local_size, name, 'HorovodLocalSize')
 
 
 @_no_autograph
 def rank_op(name=None):
-    """int32 scalar tensor: this process's global rank, read when the op runs."""
+    """int32 scalar tensor: this process's global rank, read when the op runs.
+
+    Args:
+        name (str): the TensorFlow op's name; None for a default.
+    """
     return _runtime_int(rank, name, 'HorovodRank')
 
 
 @_no_autograph
 def local_rank_op(name=None):
-    """int32 scalar tensor: this process's rank on its host, read when the op runs."""
+    """int32 scalar tensor: this process's rank on its host, read when the op runs.
+
+    Args:
+        name (str): the TensorFlow op's name; None for a default.
+    """
     return _runtime_int(local_rank, name, 'HorovodLocalRank')
 
 
@@ -655,7 +700,12 @@ def _process_set_included(process_set_id):
 @_no_autograph
 def process_set_included_op(process_set_id=0, name=None):
     """int32 scalar tensor, evaluated when the op runs: 1 if this rank belongs to the process set,
-    0 if not, -1 if Horovod is not initialised, -3 if the set is unknown."""
+    0 if not, -1 if Horovod is not initialised, -3 if the set is unknown.
+
+    Args:
+        process_set_id (int): the set's id (``ProcessSet.process_set_id``); 0 is the global set.
+        name (str): the TensorFlow op's name; None for a default.
+    """
     return _runtime_int(lambda: _process_set_included(process_set_id), name, 'HorovodProcessSetIncluded')
 
 

@@ -117,8 +117,25 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='', 
                       op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
                       ignore_name_scope=False, name=None):
     """Reduces a list of tensors; the dense ones go to the engine as one group (fused), the
-    ``tf.IndexedSlices`` ones each through the allgather path of ``allreduce``. Returns a list in
-    input order. Arguments and errors as for ``allreduce``; an empty list returns []."""
+    ``tf.IndexedSlices`` ones each through the allgather path of :func:`allreduce`.
+
+    The arguments ``average``, ``device_dense``, ``device_sparse``, ``compression``, ``op``,
+    ``prescale_factor``, ``postscale_factor``, ``process_set`` and ``ignore_name_scope`` are those
+    of :func:`allreduce`, applied to every entry.
+
+    Args:
+        tensors: a list or tuple of tensors or ``tf.IndexedSlices``, each as ``allreduce`` takes
+            it (dtypes and shapes may differ between the entries).
+        name: the group's engine name; entry ``i`` that is an IndexedSlices is named
+            ``{name}.{i}``. None: automatic names.
+
+    Returns:
+        A list of the results in input order, each as :func:`allreduce` returns it; [] for [].
+
+    Raises:
+        ValueError: ``tensors`` is not a list or tuple, or as for :func:`allreduce`.
+        NotImplementedError: as for :func:`allreduce`.
+    """
     op = handle_average_backwards_compatibility(op, average)
     if not isinstance(tensors, (list, tuple)):
         raise ValueError(f'grouped_allreduce expects a list of tensors, got {type(tensors).__name__}.')
@@ -146,9 +163,25 @@ def reducescatter(tensor, device_dense='', compression=Compression.none, op=Aver
                   process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
                   postscale_factor=1.0):
     """Reduces ``tensor`` over the set and returns this rank's block of rows: member ``r`` gets
-    ``dim0 // n + (r < dim0 % n)`` rows of the reduction. Dtypes int32, int64, float16, float32,
-    float64; ``op`` Average (default) or Sum (else ValueError). Differentiable. Ranks disagreeing
-    on shape or dtype raise ``tf.errors.FailedPreconditionError``."""
+    ``dim0 // n + (r < dim0 % n)`` rows of the reduction. Differentiable.
+
+    Args:
+        tensor: a dense tensor whose rows are split over the ranks (int32, int64, float16, float32,
+            float64); every rank passes the same shape and dtype.
+        device_dense: accepted for compatibility; the op runs on the CPU.
+        compression: ``Compression.none`` or ``Compression.fp16``.
+        op: ``Average`` (default) or ``Sum``.
+        name, ignore_name_scope: the engine name (see ``horovod.tensorflow.mpi_ops``).
+        process_set: the ``ProcessSet`` to reduce over.
+        prescale_factor, postscale_factor: factors applied before and after the reduction.
+
+    Returns:
+        A tensor of the input's dtype and shape but for dimension 0, this rank's rows.
+
+    Raises:
+        ValueError: another ``op``, or an unsupported dtype.
+        tf.errors.FailedPreconditionError: ranks disagree on shape or dtype.
+    """
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
     reduced = _reducescatter(compressed, name=name, op=op, ignore_name_scope=ignore_name_scope,
                              process_set=process_set, prescale_factor=prescale_factor,
@@ -159,7 +192,19 @@ def reducescatter(tensor, device_dense='', compression=Compression.none, op=Aver
 @_no_autograph
 def grouped_reducescatter(tensors, device_dense='', compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    """``reducescatter`` of a list of tensors submitted as one group; returns a list."""
+    """:func:`reducescatter` of a list of tensors, submitted to the engine as one group.
+
+    Args:
+        tensors: a list of dense tensors, each as :func:`reducescatter` takes it.
+        device_dense, compression, op, process_set, prescale_factor, postscale_factor: as for
+            :func:`reducescatter`, applied to every tensor.
+
+    Returns:
+        A list of this rank's blocks, in input order.
+
+    Raises:
+        ValueError, tf.errors.FailedPreconditionError: as for :func:`reducescatter`.
+    """
     compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
     reduced = _grouped_reducescatter([c for c, _ in compressed], op=op, process_set=process_set,
                                      prescale_factor=prescale_factor, postscale_factor=postscale_factor)

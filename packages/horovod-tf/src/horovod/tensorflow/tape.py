@@ -100,6 +100,15 @@ def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='', 
     """``DistributedGradientTape`` whose ``local_layers`` (a Keras layer or a list of them) keep
     local gradients: every trainable weight of those layers is registered as a local source.
 
+    The arguments ``gradtape``, ``device_dense``, ``device_sparse``, ``compression``,
+    ``sparse_as_dense``, ``op``, ``gradient_predivide_factor``, ``num_groups``, ``groups`` and
+    ``process_set`` are those of :func:`DistributedGradientTape`.
+
+    Args:
+        local_layers: a Keras layer or a list of them whose gradients are not reduced.
+        scale_local_gradients (bool): divide the local gradients by the set's size, as the
+            reduced ones are averaged (as for :func:`DistributedGradientTape`).
+
     Raises:
         ValueError: an entry of ``local_layers`` is not a Keras layer; as DistributedGradientTape.
     """

@@ -23,7 +23,14 @@ def vars_to_refs(variables):
 
 
 def refs_to_vars(refs):
-    """The variables behind references made by ``vars_to_refs``."""
+    """The variables behind references made by ``vars_to_refs``.
+
+    Args:
+        refs: a list or tuple of ``ref()`` references of ``tf.Variable`` objects.
+
+    Returns:
+        The variables, as a tuple for a tuple and a list otherwise.
+    """
     if isinstance(refs, tuple):
         return tuple(r.deref() for r in refs)
     return [r.deref() for r in refs]

@@ -63,7 +63,11 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
                          average_aggregated_gradients=False, num_groups=0, groups=None,
                          process_set=global_process_set, scale_local_gradients=True):
     """A copy of the ``tf.keras`` optimizer ``optimizer`` that applies gradients reduced over the
-    ranks; the arguments are those of ``horovod.keras.DistributedOptimizer``.
+    ranks. The arguments are those of :func:`horovod.keras.DistributedOptimizer`: ``optimizer``
+    (a ``tf.keras`` optimizer), ``name``, ``device_dense``, ``device_sparse``, ``compression``,
+    ``sparse_as_dense``, ``gradient_predivide_factor``, ``op``, ``backward_passes_per_step``,
+    ``average_aggregated_gradients``, ``num_groups``, ``groups``, ``process_set`` and
+    ``scale_local_gradients``.
 
     Raises:
         ValueError: as ``horovod.keras.DistributedOptimizer``.
@@ -80,6 +84,14 @@ def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_fac
     """Reduces ``value`` over all ranks and returns a ``tf.Tensor`` of the same shape; ``op``
     (default Average) or the deprecated ``average`` (True: Average, False: Sum) chooses the
     reduction.
+
+    Args:
+        value: a number, numpy array or tensor (int32, int64 or float; any shape).
+        name (str): the engine name, the same on every rank; None for an automatic one.
+        average (bool): deprecated; True for Average, False for Sum.
+        prescale_factor, postscale_factor (float): factors applied before and after the reduction.
+        op: ``hvd.Average`` (default), ``hvd.Sum``, ...
+        compression: ``hvd.Compression.none`` or ``hvd.Compression.fp16`` (sent as float16).
 
     Raises:
         ValueError: both ``op`` and ``average`` given.
