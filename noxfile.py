@@ -456,3 +456,44 @@ def bench(session: nox.Session) -> None:
         "python", str(ROOT / "benchmarks" / "allreduce_bench.py"),
         "--json", f"{results}.json", "--markdown", f"{results}.md", *session.posargs,
     )
+
+
+# The documentation site: Sphinx with MyST (the guides stay Markdown that GitHub renders too) and
+# the Furo theme; docs/conf.py says what is documented and how. matplotlib draws the performance
+# page's plots from benchmarks/results; selenium drives Debian's chromium through its chromedriver
+# (nothing downloaded). The site is built from the installed wheels, with the real PyTorch,
+# TensorFlow and Keras; MXNet, Ray and PySpark are mocked for autodoc only (docs/conf.py).
+# selenium 4.51+ asks for a certifi newer than any released (2026.10.19 is the newest).
+DOCS = ["sphinx==9.0.*", "myst-parser==5.2.*", "furo==2025.12.19", "matplotlib==3.11.*", "selenium==4.50.*"]
+DOCS_HTML = ROOT / "build" / "docs"
+
+
+@nox.session(tags=["tests"])
+def docs(session: nox.Session) -> None:
+    """Build the documentation site into build/docs/ (open build/docs/index.html) and check it
+    (docs/tests): warnings fail the build; every public name has a docstring that meets the rule
+    of docs/tests/api_surface.py; the guides' complete programs run at np 1 or 2; headless
+    chromium renders four pages to build/docs-screenshots/ without a missing image or a console
+    error. Arguments after `--` go to pytest."""
+    system_deps(session)
+    install(session, "horovod-torch", "horovod-tf", "horovod-keras", "horovod-mxnet", "horovod-run",
+            TORCH, TF, KERAS, *DOCS, "pytest", str(ROOT / "packages" / "horovod-testing"))
+    before = _tmp_entries()
+    tmpdir = pathlib.Path(tempfile.mkdtemp(prefix="hvdnox-", dir="/tmp"))
+    # PyTorch's compile cache (see run_tests) and matplotlib's font cache are kept under build/.
+    env = {"TMPDIR": str(tmpdir), "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "MPLCONFIGDIR": str(ROOT / "build" / "matplotlib"),
+           "TORCHINDUCTOR_CACHE_DIR": str(ROOT / "build" / "torchinductor")}
+    try:
+        # -E: every page is read again, so a warning cannot hide in a page an earlier build cached.
+        session.run("python", "-m", "sphinx", "-W", "--keep-going", "-E", "-q", "-b", "html",
+                    str(ROOT / "docs"), str(DOCS_HTML), env=env)
+        session.run("python", "-m", "pytest", str(ROOT / "docs" / "tests"), "-p", "no:cacheprovider",
+                    f"--basetemp={ROOT / 'build' / 'pytest' / 'docs'}", *session.posargs, env=env)
+    finally:
+        left_in_tmpdir = sorted(str(path.relative_to(tmpdir)) for path in tmpdir.iterdir()
+                                if not any(fnmatch.fnmatch(path.name, p) for p in TMPDIR_TOLERATED))
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        left_in_tmp = _still_new_in_tmp(before)
+    if left_in_tmpdir or left_in_tmp:
+        session.error(f"the docs checks left files behind: in TMPDIR {left_in_tmpdir}, in /tmp {left_in_tmp}")

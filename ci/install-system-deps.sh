@@ -24,6 +24,8 @@ packages=(
   slurmd          #   started by the bed with its own config, never the system's services
   slurm-client    #   srun, salloc, sbatch, scontrol, squeue, scancel
   munge           #   one munged with the bed's own key and socket (/etc/munge is left alone)
+  chromium        # the docs session opens the built site in headless Chromium (docs/tests/test_browser.py)
+  chromium-driver #   driven through Debian's chromedriver by selenium, so no browser is downloaded
 )
 
 # Debian's own Python needs its headers from a package; a python.org or pyenv build ships them.
