@@ -344,9 +344,13 @@ class HorovodBasics:
         return _core.nccl_built()
 
     def ddl_built(self):
+        """Whether Horovod was built with IBM's DDL: always False, this distribution does not build
+        it (the method is kept because scripts written for upstream Horovod ask it)."""
         return False
 
     def ccl_built(self):
+        """Whether Horovod was built with Intel's oneCCL: always False, this distribution does not build
+        it (the method is kept because scripts written for upstream Horovod ask it)."""
         return False
 
     def cuda_built(self):
@@ -354,6 +358,8 @@ class HorovodBasics:
         return _core.cuda_built()
 
     def rocm_built(self):
+        """Whether Horovod was built with ROCm (AMD GPUs): always False, this distribution does not build
+        it (the method is kept because scripts written for upstream Horovod ask it)."""
         return False
 
     def start_timeline(self, file_path, mark_cycles=False):
