@@ -78,8 +78,10 @@ def lightning_module(optimizer='sgd', rank_values=None):
 
 def trainer(strategy, **kwargs):
     import lightning.pytorch as pl
+    # default_root_dir: where anything Lightning writes by default goes (not the working directory).
     options = dict(accelerator='cpu', devices=1, max_epochs=2, enable_progress_bar=False, logger=False,
-                   enable_model_summary=False, enable_checkpointing=False, num_sanity_val_steps=0)
+                   enable_model_summary=False, enable_checkpointing=False, num_sanity_val_steps=0,
+                   default_root_dir=os.path.join(os.environ.get('CHECKPOINT_DIR', '.'), 'root'))
     options.update(kwargs)
     return pl.Trainer(strategy=strategy, **options)
 
@@ -140,7 +142,7 @@ def run_trainer_scenarios(hvd, out):
     checkpoints = ModelCheckpoint(dirpath=checkpoint_dir, filename='{epoch}', save_top_k=-1)
     _, full = fit(HorovodStrategy(checkpoint_io=RecordingIO()), lightning_module('adam'),
                   callbacks=[checkpoints], enable_checkpointing=True)
-    _, resumed = fit(HorovodStrategy(), lightning_module('adam'), enable_checkpointing=True,
+    _, resumed = fit(HorovodStrategy(), lightning_module('adam'),
                      ckpt_path=os.path.join(checkpoint_dir, 'epoch=0.ckpt'))
     out['checkpoint'] = {'saved': saved, 'full': params(full), 'resumed': params(resumed),
                          'files': sorted(os.listdir(checkpoint_dir))}

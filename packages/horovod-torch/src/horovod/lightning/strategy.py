@@ -169,5 +169,6 @@ class _JoinAtEpochEnd(Callback):
         if most != -negative_fewest:
             hvd.broadcast_parameters(pl_module.state_dict(), root_rank=last)
             for opt in self.strategy.optimizers:
-                if opt.state_dict()["state"]:
+                # A ZeroRedundancyOptimizer's state is sharded, not replicated: nothing to align.
+                if not isinstance(opt, hvd.ZeroRedundancyOptimizer) and opt.state_dict()["state"]:
                     hvd.broadcast_optimizer_state(opt, root_rank=last)

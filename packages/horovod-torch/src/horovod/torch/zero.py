@@ -112,8 +112,8 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             ``process_set``.
     """
 
-    #: Bytes of gradients (and of parameters) exchanged per fused reducescatter (allgather); the
-    #: step's temporary buffers are about this large. Set it on the class or the instance.
+    #: Bytes of gradients (of parameters) in one reducescatter (one round of broadcasts): the
+    #: step's staging buffer is this large. Set it on the class or on an instance.
     bucket_bytes = 16 * 2**20
 
     def __init__(self, params, optimizer_class, process_set=global_process_set, **defaults):

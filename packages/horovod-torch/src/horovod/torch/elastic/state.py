@@ -66,62 +66,56 @@ class ModelStateHandler(StateHandler):
 
 
 class OptimizerStateHandler(StateHandler):
-    """Handles a ``torch.optim.Optimizer`` through its ``state_dict``."""
+    """Handles a ``torch.optim.Optimizer`` through its ``state_dict``.
 
-    def __init__(self, optimizer):
-        super().__init__(optimizer)
-        self._saved_optimizer_state = copy.deepcopy(self.value.state_dict())
-
-    def save(self):
-        self._saved_optimizer_state = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        # load_state_dict may keep the given tensors as the optimizer's state, and later steps
-        # update them in place: hand it a copy so that the snapshot stays intact.
-        self.value.load_state_dict(copy.deepcopy(self._saved_optimizer_state))
-
-    def sync(self):
-        broadcast_optimizer_state(self.value, root_rank=0)
-
-
-class ZeroOptimizerStateHandler(StateHandler):
-    """Handles a :class:`~horovod.torch.ZeroRedundancyOptimizer` (global process set only).
-
-    Its state is sharded, and a reset may remove the ranks that held some shards, so a snapshot
-    (``save``, i.e. every ``commit``) gathers the whole state on every rank, in host memory: the
-    snapshot costs what an unsharded optimizer's would. After a reset (:meth:`reset`) the
-    snapshot is loaded again, resharded for the new number of ranks; ``sync`` hands rank 0's
-    snapshot to ranks that joined. The optimizer state therefore returns to the last commit at
-    every reset.
+    A :class:`~horovod.torch.ZeroRedundancyOptimizer` (global process set only) holds only its
+    shard of the state, and a reset may remove the ranks that held the others, so its snapshot
+    (``save``, i.e. every ``commit``) gathers the whole state on every rank, in host memory (what
+    an unsharded optimizer's snapshot costs). After a reset (:meth:`reset`) the snapshot is loaded
+    again, resharded for the new number of ranks, and ``sync`` hands rank 0's snapshot to ranks
+    that joined: its state returns to the last commit at every reset.
 
     Raises:
-        ValueError: the optimizer trains on a process set other than the global one (process
+        ValueError: a ZeroRedundancyOptimizer on a process set other than the global one (process
             sets do not survive a reset).
     """
 
     def __init__(self, optimizer):
-        if optimizer.process_set.process_set_id != 0:
+        super().__init__(optimizer)
+        self._sharded = isinstance(optimizer, ZeroRedundancyOptimizer)
+        if self._sharded and optimizer.process_set.process_set_id != 0:
             raise ValueError("TorchState handles a ZeroRedundancyOptimizer on the global process set only, "
                              f"got one on {optimizer.process_set}")
-        super().__init__(optimizer)
-        self._saved = self.value._gathered_state_dict()
+        self.save()
 
     def save(self):
-        self._saved = self.value._gathered_state_dict()
+        if self._sharded:
+            self._saved_optimizer_state = self.value._gathered_state_dict()
+        else:
+            self._saved_optimizer_state = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
+        # load_state_dict may keep the given tensors as the optimizer's state, and later steps
+        # update them in place: hand it a copy so that the snapshot stays intact.
         try:
-            self.value.load_state_dict(copy.deepcopy(self._saved))
+            self.value.load_state_dict(copy.deepcopy(self._saved_optimizer_state))
         except (ValueError, RuntimeError):
+            if not self._sharded:
+                raise
             # Horovod is down (a peer failed): reset() reshards once it is back.
-            pass
-
-    def reset(self):
-        self.value.load_state_dict(copy.deepcopy(self._saved))
 
     def sync(self):
-        self._saved = broadcast_object(self._saved if rank() == 0 else None, root_rank=0)
-        self.value.load_state_dict(copy.deepcopy(self._saved))
+        if self._sharded:
+            self._saved_optimizer_state = broadcast_object(
+                self._saved_optimizer_state if rank() == 0 else None, root_rank=0)
+            self.value.load_state_dict(copy.deepcopy(self._saved_optimizer_state))
+        else:
+            broadcast_optimizer_state(self.value, root_rank=0)
+
+    def reset(self):
+        # The number of ranks may have changed without a sync (hosts only removed): reshard.
+        if self._sharded:
+            self.value.load_state_dict(copy.deepcopy(self._saved_optimizer_state))
 
 
 class SamplerStateHandler(StateHandler):
@@ -147,7 +141,6 @@ class SamplerStateHandler(StateHandler):
 
 _handler_registry = [
     (torch.nn.Module, ModelStateHandler),
-    (ZeroRedundancyOptimizer, ZeroOptimizerStateHandler),
     (torch.optim.Optimizer, OptimizerStateHandler),
     (ElasticSampler, SamplerStateHandler),
 ]
