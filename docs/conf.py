@@ -55,11 +55,7 @@ autodoc_mock_imports = ["mxnet", "ray", "pyspark"]
 # Docstrings whose reStructuredText does not parse, in files this change could not edit: their
 # docutils warnings are dropped (and listed in the build's log); any other docstring's fail the
 # build. Docstring -> why it is here.
-hvd_known_docstring_errors = {
-    "horovod.torch.sync_batch_norm.SyncBatchNorm":
-        "horovod-torch was being changed by another session; its 'Shapes:' and 'Raises (from "
-        "``forward``):' are not Google-style sections (napoleon reads them as a definition list)",
-}
+hvd_known_docstring_errors = {}
 
 html_theme = "furo"
 html_title = "Horovod, maintained"

@@ -50,6 +50,10 @@ def init(*args, **kwargs):
     Drops every handle left from an earlier run before starting the engine, and restarts the
     automatic names.
 
+    Args:
+        args, kwargs: passed on: ``comm`` and ``process_sets`` as ``HorovodBasics.init`` takes
+            them.
+
     Raises:
         ValueError: the engine could not start (the log output says why).
     """
@@ -60,6 +64,10 @@ def shutdown(*args, **kwargs):
     """Stops Horovod in this process; pending operations on every rank fail.
 
     Safe to call when Horovod is not running; ``init()`` may be called again afterwards.
+
+    Args:
+        args, kwargs: upstream's signature; passed on to ``HorovodBasics.shutdown``, which
+            takes none (any given raise ``TypeError``).
     """
     return _basics.shutdown(*args, **kwargs)
 
@@ -267,6 +275,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
     Same arguments, semantics and errors as :func:`allreduce_async`, but the result is written
     into ``tensor`` itself; :func:`synchronize` returns ``tensor``.
+
+    Args:
+        tensor: the tensor reduced in place, as for :func:`allreduce_async`.
+        average, name, op, prescale_factor, postscale_factor, process_set: as for
+            :func:`allreduce_async`.
     """
     _check_tensor(tensor, _REDUCE_DTYPES, 'allreduce')
     return _submit_allreduce('allreduce', tensor, None, average, name, op, prescale_factor,
@@ -280,6 +293,11 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
     Same arguments and errors as :func:`allreduce_async`; a failure in the engine (ranks
     disagreeing on shape, dtype or op; shutdown; a lost peer) raises ``HorovodInternalError``.
     Not differentiable: use :func:`allreduce` inside a model.
+
+    Args:
+        tensor: the tensor reduced in place, as for :func:`allreduce_async`.
+        average, name, op, prescale_factor, postscale_factor, process_set: as for
+            :func:`allreduce_async`.
     """
     handle = allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
                               process_set)
@@ -319,6 +337,11 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
     Same arguments, semantics and errors as :func:`grouped_allreduce_async`, but each result is
     written into its input tensor; :func:`synchronize` returns the input tensors as a list.
+
+    Args:
+        tensors: the tensors reduced in place, as for :func:`grouped_allreduce_async`.
+        average, name, op, prescale_factor, postscale_factor, process_set: as for
+            :func:`allreduce_async`.
     """
     _check_tensor_list(tensors, _REDUCE_DTYPES, 'grouped_allreduce')
     return _submit_allreduce('grouped_allreduce', list(tensors), None, average, name,
@@ -331,6 +354,11 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
     Same arguments and errors as :func:`grouped_allreduce_async`; engine failures raise
     ``HorovodInternalError``. Not differentiable: use :func:`grouped_allreduce` in a model.
+
+    Args:
+        tensors: the tensors reduced in place, as for :func:`grouped_allreduce_async`.
+        average, name, op, prescale_factor, postscale_factor, process_set: as for
+            :func:`allreduce_async`.
     """
     handle = grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                       postscale_factor, process_set)
@@ -407,6 +435,10 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
     Same arguments and errors as :func:`broadcast_async`; the root's tensor is not modified.
     :func:`synchronize` returns ``tensor``.
+
+    Args:
+        tensor: the tensor written in place on the non-root ranks, as for :func:`broadcast_async`.
+        root_rank, name, process_set: as for :func:`broadcast_async`.
     """
     _check_tensor(tensor, _MOVE_DTYPES, 'broadcast')
     return _submit_broadcast(tensor, tensor, root_rank, name, process_set)
@@ -417,6 +449,10 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
     Same arguments and errors as :func:`broadcast_async`. Not differentiable: use
     :func:`broadcast` inside a model.
+
+    Args:
+        tensor: the tensor written in place on the non-root ranks, as for :func:`broadcast_async`.
+        root_rank, name, process_set: as for :func:`broadcast_async`.
     """
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 

@@ -176,14 +176,14 @@ class SyncBatchNorm(_BatchNorm):
         track_running_stats: keep running mean and variance (default True).
         process_set: the ``ProcessSet`` whose ranks share statistics (default: all ranks).
 
-    Shapes:
-        input ``[N, C]`` or ``[N, C, *]`` (float16, bfloat16, float32 or float64); output of the
-        same shape and dtype. ``N`` may differ between ranks, even be 0 on some.
+    The input is ``[N, C]`` or ``[N, C, *]`` (float16, bfloat16, float32 or float64); the output
+    has the same shape and dtype. ``N`` may differ between ranks, even be 0 on some.
 
-    Raises (from ``forward``):
-        ValueError: the input has fewer than 2 dimensions; in training, the whole set's batch
-            has only one value per channel.
-        HorovodInternalError: the ranks disagree on C or dtype, or Horovod was shut down.
+    Raises:
+        ValueError: (from ``forward``) the input has fewer than 2 dimensions; in training, the
+            whole set's batch has only one value per channel.
+        HorovodInternalError: (from ``forward``) the ranks disagree on C or dtype, or Horovod
+            was shut down.
     """
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
@@ -197,6 +197,10 @@ class SyncBatchNorm(_BatchNorm):
                              f'got {input.dim()}D input.')
 
     def forward(self, input):
+        """Normalises ``input`` (``[N, C]`` or ``[N, C, *]``) with the statistics of the whole
+        process set's batch in training (and updates the running statistics), with the running
+        statistics in evaluation. Raises ``ValueError`` and ``HorovodInternalError`` as the class
+        says."""
         self._check_input_dim(input)
         # How much the current batch weighs in the running statistics (as torch's _BatchNorm).
         factor = 0.0 if self.momentum is None else self.momentum
@@ -223,6 +227,11 @@ class SyncBatchNorm(_BatchNorm):
 
         ``module`` itself is returned (modified in place) unless it is a batch norm layer, in
         which case the replacement is returned.
+
+        Args:
+            module (torch.nn.Module): the model or layer to convert.
+            process_set: the ``ProcessSet`` whose ranks share the statistics of every converted
+                layer (default: all ranks).
         """
         converted = module
         if isinstance(module, _BatchNorm) and not isinstance(module, cls):

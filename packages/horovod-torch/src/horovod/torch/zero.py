@@ -142,6 +142,10 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         parameters are given owners after those of the existing groups, whose state stays where
         it is.
 
+        Args:
+            param_group (dict): ``params`` (an iterable of tensors) and the optimizer's options
+                for them, as ``torch.optim.Optimizer.add_param_group`` takes it.
+
         Raises:
             ValueError: as for ``torch.optim.Optimizer.add_param_group`` (a parameter in two
                 groups), or a parameter of an unsupported dtype.

@@ -197,16 +197,23 @@ class TorchState(ObjectState):
         super().__init__(bcast_object=broadcast_object, get_rank=rank, **plain)
 
     def save(self):
+        """Snapshots, in this process's memory, the model's and optimizer's state dicts, the
+        samplers' positions and the plain values (``commit`` calls it)."""
         for handler in self._handlers.values():
             handler.save()
         super().save()
 
     def restore(self):
+        """Rolls every managed object and plain value back to the last :meth:`save` (after a
+        ``HorovodInternalError``, before the reset)."""
         for handler in self._handlers.values():
             handler.restore()
         super().restore()
 
     def sync(self):
+        """Makes every rank's state equal to rank 0's: parameters, optimizer state (resharded
+        for a ``ZeroRedundancyOptimizer``), samplers and plain values are broadcast. A
+        collective over all ranks; raises ``HorovodInternalError`` when a rank is lost meanwhile."""
         for handler in self._handlers.values():
             handler.sync()
         super().sync()
