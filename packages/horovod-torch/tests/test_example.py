@@ -2,16 +2,14 @@
 accuracy on two ranks, which end with bitwise-identical parameters; a short run with
 SyncBatchNorm and two backward passes per step gets past 85%."""
 
-import contextlib
-import io
 import pathlib
 import re
-import runpy
 import shutil
 import subprocess
 import sys
 
 from horovod_testing import run_ranks
+from jobs import run_script
 
 EXAMPLE = (pathlib.Path(__file__).resolve().parents[3] / 'docs' / 'examples' / 'pytorch' /
            'pytorch_digits.py')
@@ -19,15 +17,7 @@ EXAMPLE = (pathlib.Path(__file__).resolve().parents[3] / 'docs' / 'examples' / '
 
 def run_example(script, checkpoint, *options):
     """Runs the script as ``__main__`` in this worker; returns what it printed."""
-    output = io.StringIO()
-    argv = sys.argv
-    sys.argv = [script, '--checkpoint', checkpoint, *options]
-    try:
-        with contextlib.redirect_stdout(output):
-            runpy.run_path(script, run_name='__main__')
-    finally:
-        sys.argv = argv
-    return output.getvalue()
+    return run_script(script, '--checkpoint', checkpoint, *options)
 
 
 def check_output(text, min_accuracy=0.95):

@@ -6,12 +6,9 @@ check their parts of the results: identical parameters on every rank, the loss t
 doubled batch, checkpoint resumption, early stopping, uneven data, Fabric against a torch
 reference, and the strategy's collectives."""
 
-import contextlib
-import io
 import os
 import pathlib
 import re
-import runpy
 import shutil
 import socket
 import subprocess
@@ -21,6 +18,7 @@ import warnings
 import pytest
 import torch
 from horovod_testing import run_ranks
+from jobs import run_script
 
 SAMPLES = 64
 BATCH = 8
@@ -338,19 +336,6 @@ def test_fabric_matches_torch_reference(results):
 
 
 DOCS = pathlib.Path(__file__).resolve().parents[3] / 'docs' / 'lightning.md'
-
-
-def run_script(script, *args):
-    """On a rank of run_ranks: runs ``script`` as ``__main__``; returns what it printed."""
-    output = io.StringIO()
-    argv = sys.argv
-    sys.argv = [script, *args]
-    try:
-        with contextlib.redirect_stdout(output):
-            runpy.run_path(script, run_name='__main__')
-    finally:
-        sys.argv = argv
-    return output.getvalue()
 
 
 def test_documented_example_trains(tmp_path):

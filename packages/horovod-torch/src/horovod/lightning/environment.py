@@ -2,6 +2,7 @@
 
 import os
 
+import torch
 from lightning.fabric.plugins.environments import ClusterEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning_utilities.core.rank_zero import rank_zero_only as utils_rank_zero_only
@@ -63,3 +64,34 @@ class HorovodEnvironment(ClusterEnvironment):
         if num_devices != 1:
             raise ValueError("Horovod runs one process per device: use devices=1 and start N processes with "
                              f"`horovodrun -np N python train.py`; got devices={num_devices}")
+
+
+class HorovodRanks:
+    """What the Trainer's and Fabric's Horovod strategies share (a mixin placed before
+    Lightning's ``ParallelStrategy``): one device per rank, ``cuda:hvd.local_rank()`` on GPUs;
+    ``DistributedSampler`` over ``hvd.size()`` ranks; Horovod started at environment set-up.
+
+    Raises:
+        ValueError: (at set-up) ``devices`` other than 1.
+    """
+
+    @property
+    def is_distributed(self):
+        return True
+
+    @property
+    def root_device(self):
+        devices = self.parallel_devices or [torch.device("cpu")]
+        if devices[0].type == "cuda":
+            return torch.device("cuda", self.local_rank)
+        return devices[0]
+
+    @property
+    def distributed_sampler_kwargs(self):
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    def setup_environment(self):
+        """Starts Horovod, checks one device per process, then Lightning's own set-up."""
+        init_horovod()
+        self.cluster_environment.validate_settings(len(self.parallel_devices or [None]), 1)
+        super().setup_environment()

@@ -5,10 +5,10 @@ from lightning.fabric.strategies import ParallelStrategy
 
 import horovod.torch as hvd
 from horovod.lightning import _collectives
-from horovod.lightning.environment import HorovodEnvironment, init_horovod
+from horovod.lightning.environment import HorovodEnvironment, HorovodRanks
 
 
-class HorovodFabricStrategy(ParallelStrategy):
+class HorovodFabricStrategy(HorovodRanks, ParallelStrategy):
     """Runs Lightning ``Fabric`` on the processes of a Horovod job:
     ``Fabric(strategy=HorovodFabricStrategy(), accelerator="cpu" or "gpu", devices=1)``, started
     with ``horovodrun -np N python train.py``.
@@ -39,26 +39,6 @@ class HorovodFabricStrategy(ParallelStrategy):
         self._optimizer_options = {"op": op, "compression": compression,
                                    "gradient_predivide_factor": gradient_predivide_factor}
         self._named_parameters = []
-
-    @property
-    def is_distributed(self):
-        return True
-
-    @property
-    def root_device(self):
-        devices = self.parallel_devices or [torch.device("cpu")]
-        if devices[0].type == "cuda":
-            return torch.device("cuda", self.local_rank)
-        return devices[0]
-
-    @property
-    def distributed_sampler_kwargs(self):
-        return {"num_replicas": self.world_size, "rank": self.global_rank}
-
-    def setup_environment(self):
-        init_horovod()
-        self.cluster_environment.validate_settings(len(self.parallel_devices or [None]), 1)
-        super().setup_environment()
 
     def module_to_device(self, module):
         module.to(self.root_device)

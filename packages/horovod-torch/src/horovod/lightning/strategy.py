@@ -7,10 +7,10 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 import horovod.torch as hvd
 from horovod.lightning import _collectives
-from horovod.lightning.environment import HorovodEnvironment, init_horovod
+from horovod.lightning.environment import HorovodEnvironment, HorovodRanks
 
 
-class HorovodStrategy(ParallelStrategy):
+class HorovodStrategy(HorovodRanks, ParallelStrategy):
     """Trains with Lightning's ``Trainer`` on the processes of a Horovod job.
 
     Each process is one Horovod rank driving one device: ``Trainer(strategy=HorovodStrategy(),
@@ -51,27 +51,7 @@ class HorovodStrategy(ParallelStrategy):
         self._optimizer_options = {"op": op, "compression": compression,
                                    "gradient_predivide_factor": gradient_predivide_factor}
 
-    # Ranks and devices.
-
-    @property
-    def is_distributed(self):
-        return True
-
-    @property
-    def root_device(self):
-        devices = self.parallel_devices or [torch.device("cpu")]
-        if devices[0].type == "cuda":
-            return torch.device("cuda", self.local_rank)
-        return devices[0]
-
-    @property
-    def distributed_sampler_kwargs(self):
-        return {"num_replicas": self.world_size, "rank": self.global_rank}
-
-    def setup_environment(self):
-        init_horovod()
-        self.cluster_environment.validate_settings(len(self.parallel_devices or [None]), 1)
-        super().setup_environment()
+    # Devices.
 
     def model_to_device(self):
         self.model.to(self.root_device)
