@@ -242,6 +242,15 @@ def _still_new_in_tmp(before: set[str], grace_s: float = 20.0) -> list[str]:
     return sorted(new)
 
 
+def _left_behind(tmpdir: pathlib.Path, before: set[str]) -> tuple[list[str], list[str]]:
+    """What a session's tests left (see above): the entries of its TMPDIR `tmpdir` (which is then
+    removed) that TMPDIR_TOLERATED does not allow, and what is still new in /tmp since `before`."""
+    left_in_tmpdir = sorted(str(path.relative_to(tmpdir)) for path in tmpdir.iterdir()
+                            if not any(fnmatch.fnmatch(path.name, p) for p in TMPDIR_TOLERATED))
+    shutil.rmtree(tmpdir, ignore_errors=True)
+    return left_in_tmpdir, _still_new_in_tmp(before)
+
+
 def run_tests(session: nox.Session, package: str, requirements: list[str], extras: str = "test",
               tests: str | tuple[str, ...] = "tests", temp_name: str = "", ignore: tuple = ()) -> None:
     """Install `package` with its `extras` (the `test` extra) and `requirements` from dist/, then
@@ -269,10 +278,7 @@ def run_tests(session: nox.Session, package: str, requirements: list[str], extra
                     f"--basetemp={basetemp}", *(f"--ignore={path}" for path in ignore),
                     *session.posargs, env=env)
     finally:
-        left_in_tmpdir = sorted(str(path.relative_to(tmpdir)) for path in tmpdir.iterdir()
-                                if not any(fnmatch.fnmatch(path.name, p) for p in TMPDIR_TOLERATED))
-        shutil.rmtree(tmpdir, ignore_errors=True)
-        left_in_tmp = _still_new_in_tmp(before)
+        left_in_tmpdir, left_in_tmp = _left_behind(tmpdir, before)
         if left_in_tmpdir or left_in_tmp:
             session.warn(f"left behind: in TMPDIR {left_in_tmpdir}, in /tmp {left_in_tmp}")
     if left_in_tmpdir or left_in_tmp:
@@ -491,9 +497,6 @@ def docs(session: nox.Session) -> None:
         session.run("python", "-m", "pytest", str(ROOT / "docs" / "tests"), "-p", "no:cacheprovider",
                     f"--basetemp={ROOT / 'build' / 'pytest' / 'docs'}", *session.posargs, env=env)
     finally:
-        left_in_tmpdir = sorted(str(path.relative_to(tmpdir)) for path in tmpdir.iterdir()
-                                if not any(fnmatch.fnmatch(path.name, p) for p in TMPDIR_TOLERATED))
-        shutil.rmtree(tmpdir, ignore_errors=True)
-        left_in_tmp = _still_new_in_tmp(before)
+        left_in_tmpdir, left_in_tmp = _left_behind(tmpdir, before)
     if left_in_tmpdir or left_in_tmp:
         session.error(f"the docs checks left files behind: in TMPDIR {left_in_tmpdir}, in /tmp {left_in_tmp}")
