@@ -2,18 +2,15 @@
 Keras backend: at least 95% test accuracy, bitwise-identical weights on both ranks, and a saved
 model that hvd.load_model gives back with a distributed optimizer."""
 
-import contextlib
-import io
 import os
 import pathlib
 import re
-import runpy
 import shutil
 import subprocess
 import sys
 
 import pytest
-from horovod_testing import run_ranks
+from horovod_testing import run_ranks, run_script
 from jobs import THREADS_ENV
 
 EXAMPLE = (pathlib.Path(__file__).resolve().parents[3] / 'docs' / 'examples' / 'keras' /
@@ -22,15 +19,7 @@ EXAMPLE = (pathlib.Path(__file__).resolve().parents[3] / 'docs' / 'examples' / '
 
 def run_example(script, *options):
     """Runs the script as ``__main__`` in this worker; returns what it printed."""
-    output = io.StringIO()
-    argv = sys.argv
-    sys.argv = [script, *options]
-    try:
-        with contextlib.redirect_stdout(output):
-            runpy.run_path(script, run_name='__main__')
-    finally:
-        sys.argv = argv
-    return output.getvalue()
+    return run_script(script, *options)
 
 
 def run_np2(backend, *options):

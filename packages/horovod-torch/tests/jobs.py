@@ -4,11 +4,6 @@ Starting ranks costs seconds (importing torch), a collective milliseconds; so ea
 runs all of its worker bodies in one job per size, and each test checks its part of the results.
 """
 
-import contextlib
-import io
-import runpy
-import sys
-
 import pytest
 from horovod_testing import run_ranks
 
@@ -31,16 +26,3 @@ def job_fixture(workers, sizes=(1, 2, 3), env=None):
 
     return job
 
-
-def run_script(script, *args):
-    """On a rank of ``run_ranks``: runs ``script`` (a path) as ``__main__`` with ``args`` as its
-    command line; returns what it printed."""
-    output = io.StringIO()
-    argv = sys.argv
-    sys.argv = [script, *args]
-    try:
-        with contextlib.redirect_stdout(output):
-            runpy.run_path(script, run_name='__main__')
-    finally:
-        sys.argv = argv
-    return output.getvalue()

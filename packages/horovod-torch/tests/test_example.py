@@ -8,8 +8,7 @@ import shutil
 import subprocess
 import sys
 
-from horovod_testing import run_ranks
-from jobs import run_script
+from horovod_testing import run_ranks, run_script
 
 EXAMPLE = (pathlib.Path(__file__).resolve().parents[3] / 'docs' / 'examples' / 'pytorch' /
            'pytorch_digits.py')

@@ -17,8 +17,7 @@ import warnings
 
 import pytest
 import torch
-from horovod_testing import run_ranks
-from jobs import run_script
+from horovod_testing import run_ranks, run_script
 
 SAMPLES = 64
 BATCH = 8

@@ -14,7 +14,7 @@ import cloudpickle
 
 from horovod.common.rendezvous import SECRET_ENV, RendezvousServer
 
-__all__ = ["run_ranks", "RanksFailed", "init_error"]
+__all__ = ["run_ranks", "RanksFailed", "init_error", "run_script"]
 
 
 class RanksFailed(AssertionError):
@@ -30,6 +30,23 @@ def init_error():
     except ValueError as e:
         return str(e)
     return None
+
+
+def run_script(script, *args):
+    """On a rank of ``run_ranks``: runs ``script`` (a path) as ``__main__`` with ``args`` as its
+    command line; returns what it printed."""
+    import contextlib
+    import io
+    import runpy
+    output = io.StringIO()
+    argv = sys.argv
+    sys.argv = [script, *args]
+    try:
+        with contextlib.redirect_stdout(output):
+            runpy.run_path(script, run_name='__main__')
+    finally:
+        sys.argv = argv
+    return output.getvalue()
 
 
 def _plan(np_, hosts=None):

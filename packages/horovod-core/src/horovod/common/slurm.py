@@ -41,7 +41,7 @@ SECRET_FILE = os.path.join("~", ".horovod", "slurm_secret")
 # that no outgoing connection of the node holds the port.
 PORT_BASE = 21000
 PORT_SPAN = 9000
-SECRET_WAIT_POLL_S = 0.2
+POLL_S = 0.2
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _REPEAT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
@@ -284,7 +284,7 @@ def job_secret(environ, create, timeout_s):
                 "it in the home folder, which must be shared by the nodes; or set %s to a secret "
                 "(hex) in the job's environment, e.g. export %s=$(openssl rand -hex 32) before srun"
                 % (path, timeout_s, SECRET_ENV, SECRET_ENV))
-        time.sleep(SECRET_WAIT_POLL_S)
+        time.sleep(POLL_S)
     return _read_secret_file(path)
 
 
@@ -327,7 +327,7 @@ def _wait_for_server(address, port, node, timeout_s):
                     "(%s): rank 0 may have failed or be slow to call hvd.init(); raise "
                     "HOROVOD_GLOO_TIMEOUT_SECONDS, or check that the nodes reach each other on that "
                     "port (%s sets another)" % (address, port, node, timeout_s, e, PORT_ENV)) from None
-        time.sleep(SECRET_WAIT_POLL_S)
+        time.sleep(POLL_S)
 
 
 def configure_step(environ, timeout_s):

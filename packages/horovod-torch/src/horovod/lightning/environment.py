@@ -8,6 +8,7 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning_utilities.core.rank_zero import rank_zero_only as utils_rank_zero_only
 
 import horovod.torch as hvd
+from horovod.lightning import _collectives
 
 
 def init_horovod():
@@ -69,7 +70,8 @@ class HorovodEnvironment(ClusterEnvironment):
 class HorovodRanks:
     """What the Trainer's and Fabric's Horovod strategies share (a mixin placed before
     Lightning's ``ParallelStrategy``): one device per rank, ``cuda:hvd.local_rank()`` on GPUs;
-    ``DistributedSampler`` over ``hvd.size()`` ranks; Horovod started at environment set-up.
+    ``DistributedSampler`` over ``hvd.size()`` ranks; Horovod started at environment set-up;
+    ``all_gather``, ``broadcast`` and ``barrier`` as Horovod collectives.
 
     Raises:
         ValueError: (at set-up) ``devices`` other than 1.
@@ -95,3 +97,15 @@ class HorovodRanks:
         init_horovod()
         self.cluster_environment.validate_settings(len(self.parallel_devices or [None]), 1)
         super().setup_environment()
+
+    def all_gather(self, tensor, group=None, sync_grads=False):
+        """Every rank's ``tensor`` (same shape on every rank), stacked: shape ``(size, *shape)``."""
+        return _collectives.all_gather(tensor, sync_grads)
+
+    def broadcast(self, obj, src=0):
+        """Rank ``src``'s picklable ``obj`` on every rank."""
+        return _collectives.broadcast(obj, src)
+
+    def barrier(self, name=None):
+        """Waits until every rank reached it."""
+        _collectives.barrier()

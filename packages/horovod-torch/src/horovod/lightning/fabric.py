@@ -62,17 +62,6 @@ class HorovodFabricStrategy(HorovodRanks, ParallelStrategy):
         """
         return _collectives.reduce(tensor, reduce_op)
 
-    def all_gather(self, tensor, group=None, sync_grads=False):
-        """Every rank's ``tensor`` (same shape on every rank), stacked: shape ``(size, *shape)``."""
-        return _collectives.all_gather(tensor, sync_grads)
-
-    def broadcast(self, obj, src=0):
-        """Rank ``src``'s picklable ``obj`` on every rank."""
-        return _collectives.broadcast(obj, src)
-
-    def barrier(self, name=None):
-        _collectives.barrier()
-
     def reduce_boolean_decision(self, decision, all=True):
         """``all`` (default) or ``any`` of every rank's ``decision``."""
         votes = int(_collectives.reduce(torch.tensor(int(bool(decision))), "sum"))

@@ -102,17 +102,6 @@ class HorovodStrategy(HorovodRanks, ParallelStrategy):
         """
         return _collectives.reduce(tensor, reduce_op)
 
-    def all_gather(self, tensor, group=None, sync_grads=False):
-        """Every rank's ``tensor`` (same shape on every rank), stacked: shape ``(size, *shape)``."""
-        return _collectives.all_gather(tensor, sync_grads)
-
-    def broadcast(self, obj, src=0):
-        """Rank ``src``'s picklable ``obj`` on every rank."""
-        return _collectives.broadcast(obj, src)
-
-    def barrier(self, name=None):
-        _collectives.barrier()
-
     def save_checkpoint(self, checkpoint, filepath, storage_options=None):
         """Writes the checkpoint on rank 0 only (every rank holds the same model)."""
         if self.is_global_zero:
