@@ -83,17 +83,15 @@ class ElasticSteps:
 
     def __init__(self, server_ip):
         self.server_ip = server_ip
-        self._port = None
 
     def run_vars(self, nics, port):
-        """The workers' rendezvous variables (see :func:`step_run_vars`); ``port`` is the
-        launcher's rendezvous server, where the workers' bootstraps report their exit."""
-        self._port = port
+        """The workers' rendezvous variables (see :func:`step_run_vars`); ``port``: the
+        launcher's rendezvous server, where the workers' bootstraps also report their exit."""
         return step_run_vars(self.server_ip, nics, port, elastic=True)
 
     def wrap(self, slot_info, command, env):
         """``(srun argv, environment, check)`` that run ``command`` (argv list or shell string)
-        with the worker environment ``env`` (the job secret in it) as one task on
+        with the worker environment ``env`` (the job secret and rendezvous port in it) as one task on
         ``slot_info.hostname``; ``check(code)`` turns srun's exit status into the worker's.
 
         The bootstrap leaves the output unprefixed (the launcher labels it with the worker's
@@ -112,11 +110,12 @@ class ElasticSteps:
                 "--export=ALL", "--mpi=none", "--unbuffered", sys.executable, "-m",
                 "horovod.runner.srun_run"]
         key = bytes.fromhex(env[secret.HOROVOD_SECRET_KEY])
+        port = int(env[env_names.GLOO_RENDEZVOUS_PORT])
 
         def check(code):
             from horovod.common.rendezvous import RendezvousClient
             try:
-                value = RendezvousClient("127.0.0.1", self._port, secret=key).try_get(EXIT_SCOPE, token)
+                value = RendezvousClient("127.0.0.1", port, secret=key).try_get(EXIT_SCOPE, token)
             except (OSError, RuntimeError) as e:
                 _say("horovodrun: cannot read the exit status of the worker %s[%d]: %s"
                      % (slot_info.hostname, slot_info.local_rank, e), sys.stderr)
