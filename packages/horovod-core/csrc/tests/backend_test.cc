@@ -205,7 +205,7 @@ TEST(SharedMemoryPieces, ReducedInRankOrderIntoEveryRank) {
   }
 }
 
-// Gloo's synchronous mesh (gloo_backend.cc), sleeping, polling for 50 us first, polling, and
+// Gloo's synchronous mesh (backends/gloo/sync_mesh.h), sleeping, polling for 50 us first, polling, and
 // sleeping with the ranks (threads of this process, so all on one host) reading each other's data
 // by cross-memory attach; then with the messages between them through shared-memory channels
 // (with cross-memory attach, without it, and polling; at eight ranks, more than a host may have

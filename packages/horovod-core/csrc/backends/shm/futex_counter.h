@@ -1,6 +1,6 @@
 // A 32-bit counter in memory shared between processes that one side advances and the other waits
 // on: a few polls (yielding the core), then sleep on it as a futex. Used by the shared-memory
-// transport's step counters (shared_memory.cc) and Gloo's shared-memory channels (gloo_backend.cc).
+// transport's step counters (shared_memory.cc) and Gloo's shared-memory channels (gloo/shm_channel.cc).
 #pragma once
 
 #include <linux/futex.h>

@@ -1,11 +1,8 @@
 #include "backends/shm/shared_memory.h"
 
-#include <fcntl.h>
 #include <sched.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,12 +12,11 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
-#include <random>
-#include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include "backends/shm/futex_counter.h"
+#include "backends/shm/segment.h"
 #include "engine/liveness.h"
 #include "engine/logging.h"
 #include "engine/reduction.h"
@@ -68,11 +64,11 @@ size_t SegmentBytes(int size) {
 
 class SharedMemoryBackend : public ForwardingCommunicator {
  public:
-  SharedMemoryBackend(std::unique_ptr<Communicator> inner, void* base, size_t bytes, std::vector<int64_t> pids,
+  SharedMemoryBackend(std::unique_ptr<Communicator> inner, SharedSegment segment, std::vector<int64_t> pids,
                       std::chrono::milliseconds timeout)
       : ForwardingCommunicator(std::move(inner)),
-        base_(static_cast<char*>(base)),
-        bytes_(bytes),
+        segment_(std::move(segment)),
+        base_(segment_.base()),
         pids_(std::move(pids)),
         timeout_(timeout) {
     counters_ = reinterpret_cast<RankCounters*>(base_ + (sizeof(Header) + 127) / 128 * 128);
@@ -88,7 +84,6 @@ class SharedMemoryBackend : public ForwardingCommunicator {
     // Wake peers sleeping on this rank: they see `closed` and fail instead of waiting forever.
     mine.step.fetch_add(1, std::memory_order_seq_cst);
     WakeAll(mine.step);
-    munmap(base_, bytes_);
   }
 
   std::vector<std::vector<char>> Gatherv(const std::vector<char>& data, int root) override {
@@ -470,8 +465,8 @@ class SharedMemoryBackend : public ForwardingCommunicator {
     }
   }
 
+  SharedSegment segment_;  // unmapped after the destructor's body has told the peers
   char* base_;
-  size_t bytes_;
   std::vector<int64_t> pids_;
   std::chrono::milliseconds timeout_;
   RankCounters* counters_ = nullptr;
@@ -500,51 +495,27 @@ std::unique_ptr<Communicator> MakeSharedMemoryBackend(std::unique_ptr<Communicat
   const size_t bytes = SegmentBytes(size);
   std::string error;
   std::vector<char> name_bytes;
-  void* base = MAP_FAILED;
+  SharedSegment segment;
   if (comm.rank() == 0) {
-    std::random_device random;
-    std::ostringstream name;
-    name << "/horovod." << ::getpid() << "." << std::hex << random() << random();
-    const std::string text = name.str();
-    int fd = shm_open(text.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) {
-      error = "shm_open(" + text + "): " + std::strerror(errno);
-    } else {
-      // Reserve the pages now: on a full /dev/shm a later first touch would be SIGBUS.
-      int rc = ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? posix_fallocate(fd, 0, static_cast<off_t>(bytes)) : errno;
-      if (rc != 0) {
-        error = "reserving " + std::to_string(bytes) + " bytes in /dev/shm: " + std::strerror(rc);
-      } else {
-        base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (base == MAP_FAILED) error = std::string("mmap: ") + std::strerror(errno);
-      }
-      close(fd);
-      if (base != MAP_FAILED) {
-        Header* header = static_cast<Header*>(base);
-        std::memset(base, 0, HeaderBytes(size));
-        header->size = size;
-        header->slot_bytes = kSlotBytes;
-        header->magic = kMagic;
-      }
+    const std::string text = SharedSegment::UniqueName("/horovod.");
+    segment = SharedSegment::Create(text, bytes, &error);
+    if (segment) {
+      Header* header = reinterpret_cast<Header*>(segment.base());
+      std::memset(segment.base(), 0, HeaderBytes(size));
+      header->size = size;
+      header->slot_bytes = kSlotBytes;
+      header->magic = kMagic;
+      name_bytes.assign(text.begin(), text.end());
     }
-    name_bytes.assign(text.begin(), text.end());
-    if (!error.empty()) name_bytes.clear();
   }
   comm.BroadcastBytes(name_bytes, 0);
   const std::string name(name_bytes.begin(), name_bytes.end());
   if (comm.rank() != 0 && !name.empty()) {
-    int fd = shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0) {
-      error = "shm_open(" + name + "): " + std::strerror(errno);
-    } else {
-      base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (base == MAP_FAILED) error = std::string("mmap: ") + std::strerror(errno);
-      close(fd);
-      if (base != MAP_FAILED) {
-        const Header* header = static_cast<const Header*>(base);
-        if (header->magic != kMagic || header->size != size || header->slot_bytes != kSlotBytes) {
-          error = "the segment " + name + " does not match this job";
-        }
+    segment = SharedSegment::Open(name, bytes, &error);
+    if (segment) {
+      const Header* header = reinterpret_cast<const Header*>(segment.base());
+      if (header->magic != kMagic || header->size != size || header->slot_bytes != kSlotBytes) {
+        error = "the segment " + name + " does not match this job";
       }
     }
   } else if (name.empty() && error.empty()) {
@@ -553,13 +524,12 @@ std::unique_ptr<Communicator> MakeSharedMemoryBackend(std::unique_ptr<Communicat
   // Every rank must attach, or none uses the segment.
   std::vector<uint64_t> ok{error.empty() ? 1u : 0u};
   comm.AllreduceBitsAnd(ok);
-  if (comm.rank() == 0 && !name.empty()) shm_unlink(name.c_str());  // every rank has it mapped, or gave up
+  if (comm.rank() == 0 && !name.empty()) SharedSegment::Unlink(name);  // every rank has it mapped, or gave up
   if (ok[0] == 0) {
-    if (base != MAP_FAILED) munmap(base, bytes);
     *why = error.empty() ? "another rank could not attach the shared memory segment" : error;
     return nullptr;
   }
-  auto backend = std::make_unique<SharedMemoryBackend>(std::move(inner), base, bytes, pids, options.timeout);
+  auto backend = std::make_unique<SharedMemoryBackend>(std::move(inner), std::move(segment), pids, options.timeout);
   const bool wanted = *single_copy;
   *single_copy = backend->EnableSingleCopy(wanted);
   if (wanted && !*single_copy) {
