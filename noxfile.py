@@ -381,8 +381,9 @@ def cuda_compiler(session: nox.Session) -> str:
 
 @nox.session(name="build-gpu", tags=["tests"])
 def build_gpu(session: nox.Session) -> None:
-    """Compile and link the core with CUDA and NCCL (HOROVOD_GPU_OPERATIONS=NCCL) into
-    build/gpu-dist/ (not dist/, whose CPU wheel the other sessions install), install it here and
+    """Compile and link the core with CUDA and NCCL (HOROVOD_GPU_OPERATIONS=NCCL), repaired with
+    auditwheel except for libnccl, into build/gpu-dist/ (not dist/, whose CPU wheel the other
+    sessions install; docker/Dockerfile's GPU variant installs it), install it here and
     check nccl_built()/cuda_built(); the GPU tests run and skip without a GPU."""
     system_deps(session)
     session.install("nvidia-nccl-cu13", "numpy", "pytest", "cloudpickle")
@@ -397,11 +398,18 @@ def build_gpu(session: nox.Session) -> None:
         # Two compile jobs: CI's machine has 2 cores (ninja would start 4).
         "CMAKE_BUILD_PARALLEL_LEVEL": "2",
     }
-    for old in GPU_DIST.glob("*.whl"):
+    raw = ROOT / "build" / "raw-gpu-wheels"
+    for old in [*GPU_DIST.glob("*.whl"), *raw.glob("*.whl")]:
         old.unlink()
-    session.run("python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(GPU_DIST),
+    session.run("python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(raw),
                 str(ROOT / "packages" / "horovod-core"), env=env)
-    wheel = next(GPU_DIST.glob("horovod_core-*.whl"))
+    # Repaired like dist/'s core (Gloo and the other libraries vendored), so that it installs on
+    # any manylinux_2_35 system (docker/Dockerfile's GPU variant on a CUDA base), except NCCL:
+    # libnccl.so.2 comes from the nvidia-nccl-cu13 wheel beside it.
+    session.install(*AUDITWHEEL)
+    session.run("auditwheel", "repair", "--exclude", "libnccl.so.2", "--wheel-dir", str(GPU_DIST),
+                str(next(raw.glob("horovod_core-*.whl"))))
+    wheel = next(GPU_DIST.glob("horovod_core-*manylinux_*.whl"))
     session.run("python", "-m", "pip", "install", "--force-reinstall", "--no-deps", str(wheel))
     session.run("python", "-m", "pip", "install", "--no-deps", str(ROOT / "packages" / "horovod-testing"))
     session.run("python", "-c", (
@@ -431,6 +439,33 @@ def bare_install(session: nox.Session) -> None:
     for package in PACKAGES:
         ensure_wheel(session, package)
     session.run("python", str(ROOT / "ci" / "bare_install.py"), "--dist", str(DIST))
+
+
+@nox.session(tags=["tests"])
+def image(session: nox.Session) -> None:
+    """The container image (docker/Dockerfile), built with buildah by ci/image.py: the CPU image
+    on a Debian 12 base made here with debootstrap, and the GPU variant on that base standing in
+    for CUDA's, with build-gpu's core (run after it). Then docker/tests on the test bed: an MPIJob
+    laid out as the MPI Operator does, in containers of the image. Base, wheels and layers are
+    cached in /var/cache (a rebuild with nothing changed takes seconds); the built tags, the
+    containers and their mounts are removed at the end."""
+    if os.geteuid() != 0:
+        session.skip("image needs root: buildah's storage in /var/cache, chroot, mounts and the test bed")
+    system_deps(session)
+    for package in PACKAGES:
+        ensure_wheel(session, package)
+    session.install("pytest", str(ROOT / "packages" / "horovod-testing"))
+    before = _tmp_entries()
+    tmpdir = pathlib.Path(tempfile.mkdtemp(prefix="hvdnox-", dir="/tmp"))
+    try:
+        session.run("python", str(ROOT / "ci" / "image.py"), "build", env={"TMPDIR": str(tmpdir)})
+        session.run("python", "-m", "pytest", str(ROOT / "docker" / "tests"), "-p", "no:cacheprovider",
+                    f"--basetemp={ROOT / 'build' / 'pytest' / 'image'}", *session.posargs, env={"TMPDIR": str(tmpdir)})
+    finally:
+        session.run("python", str(ROOT / "ci" / "image.py"), "clean")
+        left_in_tmpdir, left_in_tmp = _left_behind(tmpdir, before)
+    if left_in_tmpdir or left_in_tmp:
+        session.error(f"the image checks left files behind: in TMPDIR {left_in_tmpdir}, in /tmp {left_in_tmp}")
 
 
 @nox.session

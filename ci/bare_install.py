@@ -43,6 +43,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "docs" / "examples" / "pytorch" / "pytorch_digits.py"
 
 SUITE = "bookworm"  # Debian 12, whose python3 is 3.11: the cp311 wheels' interpreter
+CACHE = pathlib.Path("/var/cache/horovod-bare-install")  # the root and the wheelhouse, kept between runs
 MIRROR = os.environ.get("HOROVOD_BARE_ROOT_MIRROR", "http://deb.debian.org/debian")
 ROOT_PACKAGES = ["python3", "python3-venv"]
 # Written into the root after debootstrap: minbase has no /etc/hosts, and horovodrun's
@@ -273,7 +274,7 @@ def run_job(cache: pathlib.Path, root: pathlib.Path, house: pathlib.Path, dist: 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dist", type=pathlib.Path, default=REPO / "dist", help="the project's wheels")
-    parser.add_argument("--cache", type=pathlib.Path, default=pathlib.Path("/var/cache/horovod-bare-install"),
+    parser.add_argument("--cache", type=pathlib.Path, default=CACHE,
                         help="where the Debian root and the wheelhouse are kept between runs")
     args = parser.parse_args()
     if os.geteuid() != 0:

@@ -13,6 +13,7 @@ packages=(
   libopenmpi-dev  # the MPI backend plugin links Open MPI (CMake finds it through mpicc)
   openmpi-bin     # mpirun, for horovodrun --mpi and the MPI tests
   debootstrap     # the bare-install test's minimal Debian root (ci/bare_install.py)
+  buildah         # the container image (docker/Dockerfile, ci/image.py: buildah bud --isolation chroot)
   libeigen3-dev   # autotune: linear algebra of the Gaussian process (header-only)
   liblbfgspp-dev  # autotune: L-BFGS-B for the acquisition function (header-only, over Eigen)
   libgomp1        # OpenMP and quadmath runtimes the MXNet 1.9.1 wheel links (tests-mxnet)

@@ -27,13 +27,16 @@ class ElasticJob:
     the launcher (SIGTERM, then SIGKILL) if it is still running, and the launcher stops its
     workers."""
 
-    def __init__(self, args, env=None, timeout=120):
+    def __init__(self, args, env=None, timeout=120, command=None):
+        """``command``, when given, is the whole command line to run instead of
+        ``python -m horovod.runner.launch *args`` (``args`` are then unused): horovodrun run
+        elsewhere, e.g. in a container."""
         self.timeout = timeout
         self.lines = []
         self._lock = threading.Lock()
         self.started = time.monotonic()
-        self.proc = subprocess.Popen([sys.executable, "-m", "horovod.runner.launch", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        argv = command if command is not None else [sys.executable, "-m", "horovod.runner.launch", *args]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env=dict(os.environ if env is None else env))
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
