@@ -355,9 +355,14 @@ def tests_spark(session: nox.Session) -> None:
     """horovod.spark (horovod-run[spark]) in a virtualenv of its own: tests/test_spark.py starts a
     Spark standalone cluster (a master and two workers, Java 17) under build/spark-test and stops it
     by PID; tests/test_spark_testbed.py starts one whose workers run on two hosts of the test bed
-    (ci/testbed.sh). The ranks' collectives run on numpy arrays through horovod.common."""
-    run_tests(session, "horovod-run", [PYSPARK, "numpy", "scikit-learn"], extras="spark,test",
-              tests=("tests/test_spark.py", "tests/test_spark_testbed.py"), temp_name="horovod-run-spark")
+    (ci/testbed.sh). The ranks' collectives run on numpy arrays through horovod.common, except in
+    tests/test_spark_estimators.py (the Estimators: real torch, Lightning and Keras 3 on TensorFlow,
+    on a cluster of its own under build/spark-est-test)."""
+    run_tests(session, "horovod-run", [PYSPARK, "numpy", "scikit-learn", "horovod-torch", "horovod-tf",
+                                       "horovod-keras", TORCH, "lightning==2.6.*", TF, KERAS],
+              extras="spark,test",
+              tests=("tests/test_spark.py", "tests/test_spark_testbed.py", "tests/test_spark_estimators.py"),
+              temp_name="horovod-run-spark")
 
 
 GPU_DIST = ROOT / "build" / "gpu-dist"

@@ -193,3 +193,7 @@ class DriverClient(network.BasicClient):
 
     def send(self, request):
         return self._send(request)
+
+
+# The Estimators' data preparation (spec/spark.md §8 names it util.prepare_data).
+from horovod.spark.common.data import _training_cache, prepare_data  # noqa: E402,F401

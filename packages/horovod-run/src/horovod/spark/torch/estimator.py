@@ -1,0 +1,186 @@
+"""``TorchEstimator`` and ``TorchModel``: a ``torch.nn.Module`` trained with ``horovod.torch``
+on the ranks of a Spark job."""
+
+import cloudpickle
+import numpy as np
+from pyspark import keyword_only
+
+from horovod.spark.common import params
+from horovod.spark.common.estimator import HorovodEstimator, HorovodModel
+
+_TORCH_PARAMS = [
+    ("data_module", None, "accepted for upstream's scripts; the Parquet reader is built in"),
+    ("loss_constructors", None, "functions of no arguments that make the loss, one per label (instead of loss)"),
+    ("input_shapes", None, "shapes each feature column is reshaped to, without the batch dimension"),
+    ("train_minibatch_fn", None, "replaces one training step: fn(model, optimizer, transform_outputs, loss_fn, "
+                                 "inputs, labels, sample_weights) -> (outputs, loss)"),
+]
+
+
+class TorchModelParams(params.ModelParams):
+    """The params of :class:`TorchModel`."""
+
+
+params.declare(TorchModelParams, [
+    ("optimizer", None, "the optimizer, its state after training (learning rate as given)"),
+    ("loss", None, "the loss"),
+    ("loss_constructors", None, "the loss constructors"),
+    ("input_shapes", None, "shapes each feature column is reshaped to"),
+])
+
+
+class TorchEstimatorParams(params.EstimatorParams):
+    """The params of :class:`TorchEstimator`."""
+
+
+params.declare(TorchEstimatorParams, _TORCH_PARAMS)
+
+
+def to_tensors(batch, columns, shapes=None):
+    """The columns of ``batch`` (a dict of numpy arrays) as torch tensors: floating point as
+    float32, booleans as float32, integers as int64; reshaped to ``(-1, *shape)`` where
+    ``shapes`` (a list aligned with ``columns``) gives one."""
+    import torch
+
+    out = []
+    for i, name in enumerate(columns):
+        value = np.asarray(batch[name])
+        if value.dtype.kind in "fb":
+            value = value.astype(np.float32, copy=False)
+        elif value.dtype.kind in "iu":
+            value = value.astype(np.int64, copy=False)
+        tensor = torch.from_numpy(np.ascontiguousarray(value))
+        if shapes is not None and shapes[i] is not None:
+            tensor = tensor.reshape(-1, *shapes[i])
+        out.append(tensor)
+    return out
+
+
+def losses(loss, loss_constructors, num_labels):
+    """The loss function of each label (a list), from ``loss`` (a function or a list of them)
+    or ``loss_constructors``; ``ValueError`` when the counts differ from the labels'."""
+    if loss_constructors is not None:
+        fns = [make() for make in loss_constructors]
+    elif isinstance(loss, (list, tuple)):
+        fns = list(loss)
+    else:
+        fns = [loss] * num_labels
+    if len(fns) != num_labels:
+        raise ValueError("%d loss functions for %d label columns" % (len(fns), num_labels))
+    return fns
+
+
+class TorchEstimator(HorovodEstimator, TorchEstimatorParams):
+    """Trains a ``torch.nn.Module`` on a Spark DataFrame with Horovod; ``fit(df)`` returns a
+    :class:`TorchModel`.
+
+    Keyword-only (positional arguments raise ``TypeError``); the params of spec/spark.md §8 plus
+    ``data_module``, ``loss_constructors``, ``input_shapes`` and ``train_minibatch_fn``.
+
+    The model is called as ``model(*features)``: one tensor per feature column, float32 for
+    floating point and boolean columns, int64 for integers, ``(batch,)`` for scalars and
+    ``(batch, size)`` for arrays and vectors, or ``(batch, *input_shapes[i])``. It returns one
+    tensor, or a tuple with one per label column. ``loss(output, label)`` returns a scalar
+    tensor; with ``sample_weight_col`` it must return one loss per row (``reduction='none'``),
+    which is averaged with the weights. ``metrics`` are functions ``(output, label) -> float``
+    (of the first label), reported per epoch under their ``__name__`` (``val_<name>`` on the
+    validation data). ``callbacks`` are objects with any of ``on_epoch_begin(epoch)``,
+    ``on_batch_end(epoch, step, logs)`` and ``on_epoch_end(epoch, logs)``, called on every rank.
+
+    Training scales the optimizer's learning rate by the number of ranks (gradients are
+    averaged over the ranks' batches); the returned model's optimizer has it unscaled.
+
+    Raises (from ``fit``):
+        ValueError: a missing or ill-typed param or column, ``loss`` together with
+            ``loss_constructors``, ``backward_passes_per_step < 1``.
+        RuntimeError: a rank failed (named, with its traceback).
+    """
+
+    _run_prefix = "pytorch"
+
+    @keyword_only
+    def __init__(self, num_proc=None, model=None, backend=None, store=None, optimizer=None, loss=None,
+                 loss_constructors=None, metrics=None, loss_weights=None, sample_weight_col=None,
+                 gradient_compression=None, feature_cols=None, continuous_cols=None, categorical_cols=None,
+                 input_shapes=None, validation=None, label_cols=None, callbacks=None, batch_size=None,
+                 val_batch_size=None, epochs=None, verbose=1, random_seed=None, shuffle_buffer_size=None,
+                 partitions_per_process=None, run_id=None, train_minibatch_fn=None, train_steps_per_epoch=None,
+                 validation_steps_per_epoch=None, transformation_fn=None, train_reader_num_workers=None,
+                 val_reader_num_workers=None, reader_pool_type=None, label_shapes=None, inmemory_cache_all=False,
+                 use_gpu=True, mp_start_method=None, backward_passes_per_step=1, data_module=None, shuffle=True):
+        super().__init__()
+        self.setParams(**self._input_kwargs)
+
+    def _check_params(self):
+        import torch
+
+        if not isinstance(self.getModel(), torch.nn.Module):
+            raise ValueError("model must be a torch.nn.Module, got %s" % type(self.getModel()).__name__)
+        if self.getOptimizer() is None or not isinstance(self.getOptimizer(), torch.optim.Optimizer):
+            raise ValueError("optimizer must be a torch.optim.Optimizer over the model's parameters, got %r"
+                             % (self.getOptimizer(),))
+        own = {id(p) for p in self.getModel().parameters()}
+        if any(id(p) not in own for g in self.getOptimizer().param_groups for p in g["params"]):
+            raise ValueError("the optimizer holds parameters that are not the model's: make it from "
+                             "model.parameters()")
+        if self.getLoss() is not None and self.getLossConstructors() is not None:
+            raise ValueError("set loss or loss_constructors, not both")
+        if self.getLoss() is None and self.getLossConstructors() is None and self.getTrainMinibatchFn() is None:
+            raise ValueError("loss is not set: pass loss=... (a function of output and label) or loss_constructors")
+        bpps = self.getBackwardPassesPerStep()
+        if isinstance(bpps, bool) or not isinstance(bpps, int) or bpps <= 0:
+            raise ValueError("backward_passes_per_step must be a positive integer, got %r" % (bpps,))
+
+    def _remote_trainer(self, meta, run_id, num_proc):
+        from horovod.spark.torch import remote
+
+        spec = self._train_spec(meta, run_id)
+        model_and_optimizer = cloudpickle.dumps((self.getModel(), self.getOptimizer()))
+        settings = dict(loss=self.getLoss(), loss_constructors=self.getLossConstructors(),
+                        loss_weights=self.getLossWeights(), metrics=list(self.getMetrics() or []),
+                        callbacks=list(self.getCallbacks() or []), input_shapes=self.getInputShapes(),
+                        label_shapes=self.getLabelShapes(), compression=self.getGradientCompression(),
+                        backward_passes_per_step=self.getBackwardPassesPerStep(),
+                        train_minibatch_fn=self.getTrainMinibatchFn(), use_gpu=self.getUseGpu())
+        return remote.trainer(spec, model_and_optimizer, settings)
+
+    def _create_model(self, result, run_id, meta):
+        model, optimizer = cloudpickle.loads(result["model_and_optimizer"])
+        return TorchModel(history=result["history"], model=model, optimizer=optimizer,
+                          feature_columns=list(self.getFeatureCols()), label_columns=list(self.getLabelCols()),
+                          input_shapes=self.getInputShapes(), run_id=run_id, _metadata=meta,
+                          loss=self.getLoss(), loss_constructors=self.getLossConstructors())
+
+
+class TorchModel(HorovodModel, TorchModelParams):
+    """A trained torch model; ``transform(df)`` appends its predictions (see
+    :class:`~horovod.spark.common.estimator.HorovodModel`). Keyword-only constructor:
+    ``history, model, feature_columns, input_shapes, label_columns, optimizer, run_id, _metadata,
+    loss, loss_constructors``."""
+
+    @keyword_only
+    def __init__(self, history=None, model=None, feature_columns=None, input_shapes=None, label_columns=None,
+                 optimizer=None, run_id=None, _metadata=None, loss=None, loss_constructors=None):
+        super().__init__()
+        self._set(**self._input_kwargs)
+
+    def _predictor(self):
+        model_bytes = cloudpickle.dumps(self.getModel())
+        shapes = self.getInputShapes()
+        names = ["f%d" % i for i in range(len(self.getFeatureColumns()))]
+        cache = {}
+
+        def predict(arrays):
+            import torch
+
+            if "model" not in cache:
+                torch.set_num_threads(1)
+                cache["model"] = cloudpickle.loads(model_bytes).eval()
+            inputs = to_tensors(dict(zip(names, arrays, strict=True)), names, shapes)
+            with torch.no_grad():
+                outputs = cache["model"](*inputs)
+            if not isinstance(outputs, (tuple, list)):
+                outputs = [outputs]
+            return [o.detach().cpu().numpy() for o in outputs]
+
+        return predict

@@ -1,0 +1,406 @@
+"""The Spark Estimators (horovod.spark.torch, .keras, .lightning) on a real Spark standalone
+cluster (a master and two workers, started once for the module by test_spark's ``Cluster`` under
+build/spark-est-test and stopped by PID), with real rank processes and real frameworks.
+
+The data: a few thousand rows with a vector column (dense and sparse rows), an array column and
+a scalar column, labelled by a linear rule the models can learn; 20% held out for validation.
+Run by ``nox -s tests-spark``.
+"""
+
+import copy
+import os
+import pathlib
+import shutil
+import signal
+import sys
+import time
+
+import cloudpickle
+import numpy as np
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from pyspark.ml.linalg import Vectors, VectorUDT  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import types as T  # noqa: E402
+
+import test_spark  # noqa: E402
+from horovod.spark.common import data as hvd_data  # noqa: E402
+from horovod.spark.common import store as hvd_store  # noqa: E402
+from horovod.spark.common import util  # noqa: E402
+from horovod.spark.common.backend import SparkBackend  # noqa: E402
+from horovod.spark.common.reader import BatchReader, steps_per_epoch  # noqa: E402
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+BASE = ROOT / "build" / "spark-est-test"
+ROWS = 3000
+SEED = 7
+
+
+@pytest.fixture(scope="module")
+def sc():
+    cluster = test_spark.Cluster(base=BASE)
+    cluster.start()
+    with test_spark.spark_context(cluster, test_spark.WORKERS) as context:
+        yield context
+    shutil.rmtree(BASE, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def spark(sc):
+    return SparkSession(sc)
+
+
+def make_rows(n, seed=0):
+    """Rows (id, vec, arr, x, label, is_val): label = 1 when w . features > 0."""
+    rng = np.random.default_rng(seed)
+    vec = rng.normal(size=(n, 4))
+    vec[rng.random((n, 4)) < 0.3] = 0.0  # zeros, so that sparse rows have few entries
+    arr = rng.normal(size=(n, 3))
+    x = rng.normal(size=n)
+    score = vec @ [1.0, -1.0, 0.5, 1.5] + arr @ [1.0, 0.5, -1.0] + 0.8 * x
+    label = (score > 0).astype(int)
+    rows = []
+    for i in range(n):
+        if i % 2:
+            v = Vectors.sparse(4, {j: float(vec[i, j]) for j in range(4) if vec[i, j] != 0.0})
+        else:
+            v = Vectors.dense(vec[i].tolist())
+        rows.append((i, v, arr[i].tolist(), float(x[i]), int(label[i]), bool(i % 5 == 0)))
+    return rows, np.concatenate([vec, arr, x[:, None]], axis=1), label
+
+
+SCHEMA = T.StructType([T.StructField("id", T.LongType()), T.StructField("vec", VectorUDT()),
+                       T.StructField("arr", T.ArrayType(T.DoubleType())), T.StructField("x", T.DoubleType()),
+                       T.StructField("label", T.LongType()), T.StructField("is_val", T.BooleanType())])
+
+
+@pytest.fixture(scope="module")
+def frame(spark):
+    rows, features, labels = make_rows(ROWS)
+    return spark.createDataFrame(rows, SCHEMA).repartition(4), features, labels
+
+
+class RecordingBackend(SparkBackend):
+    """SparkBackend that keeps every rank's result."""
+
+    def run(self, fn, args=(), kwargs=None, env=None):
+        self.results = super().run(fn, args, kwargs, env)
+        return self.results
+
+
+# ---------------------------------------------------------------------------------------------
+# Torch.
+
+def torch_net():
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hidden = torch.nn.Linear(8, 16)
+            self.out = torch.nn.Linear(16, 2)
+
+        def forward(self, vec, arr, x):
+            h = torch.cat([vec, arr, x.unsqueeze(1)], dim=1)
+            return self.out(torch.relu(self.hidden(h)))
+
+    torch.manual_seed(SEED)
+    return Net()
+
+
+def accuracy(output, label):
+    return float((output.argmax(dim=1) == label).float().mean())
+
+
+def torch_estimator(store, backend, run_id, epochs=4, callbacks=()):
+    import torch
+
+    from horovod.spark.torch import TorchEstimator
+
+    model = torch_net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return TorchEstimator(backend=backend, store=store, model=model, optimizer=optimizer,
+                          loss=torch.nn.functional.cross_entropy, metrics=[accuracy],
+                          feature_cols=["vec", "arr", "x"], label_cols=["label"], validation=0.2, batch_size=32,
+                          epochs=epochs, random_seed=SEED, run_id=run_id, callbacks=list(callbacks), verbose=0)
+
+
+@pytest.fixture(scope="module")
+def torch_fit(sc, frame, tmp_path_factory):
+    store = hvd_store.Store.create(str(tmp_path_factory.mktemp("torch-store")))
+    backend = RecordingBackend(num_proc=2, start_timeout=120, verbose=0)
+    estimator = torch_estimator(store, backend, "torch_run")
+    initial = copy.deepcopy(estimator.getModel())
+    start = time.monotonic()
+    model = estimator.fit(frame[0])
+    print("torch fit: %.1f s" % (time.monotonic() - start))
+    return estimator, model, backend, store, initial
+
+
+def _rank_models(backend):
+    return [cloudpickle.loads(r["model_and_optimizer"])[0] for r in backend.results]
+
+
+def test_torch_ranks_read_disjoint_shards_covering_the_split(torch_fit):
+    import pyarrow.dataset as ds
+
+    _, _, _, store, _ = torch_fit
+    meta = hvd_data.describe(store, 0)
+    fs, local = store.get_arrow_filesystem()
+    groups = [(local(p), g, n) for p, g, n in meta["train_row_groups"]]
+    columns = ["vec", "arr", "x", "label"]
+    whole = ds.dataset(local(meta["train_path"]), format="parquet", filesystem=fs).to_table(columns=columns)
+    every = {tuple(np.concatenate([np.ravel(v) for v in row])) for row in
+             zip(*[hvd_data_numpy(whole, c) for c in columns], strict=True)}
+    seen = []
+    steps = steps_per_epoch(groups, 2, 32)
+    for rank in range(2):
+        reader = BatchReader(groups, fs, columns, meta["kinds"], 32, rank, 2, steps=steps, seed=SEED)
+        rows = set()
+        count = 0
+        for batch in reader.epoch(0):
+            assert len(batch["x"]) == 32
+            count += 1
+            for row in zip(*[batch[c] for c in columns], strict=True):
+                rows.add(tuple(np.concatenate([np.ravel(v) for v in row])))
+        assert count == steps
+        seen.append(rows)
+    print("rank rows: %d and %d of %d training rows, %d validation rows"
+          % (len(seen[0]), len(seen[1]), len(every), meta["val_rows"]))
+    assert not seen[0] & seen[1]
+    assert seen[0] | seen[1] == every
+    assert meta["train_rows"] + meta["val_rows"] == ROWS
+    assert 0.15 < meta["val_rows"] / ROWS < 0.25
+
+
+def hvd_data_numpy(table, column):
+    from horovod.spark.common.reader import _to_numpy
+
+    return _to_numpy(table.select([column]), {"arr": ("array", 3), "vec": ("array", 4)})[column]
+
+
+def test_torch_fit_matches_single_process_and_learns(torch_fit):
+    import torch
+
+    estimator, model, backend, store, initial = torch_fit
+    ranks = _rank_models(backend)
+    for a, b in zip(ranks[0].state_dict().values(), ranks[1].state_dict().values(), strict=True):
+        assert torch.equal(a, b), "the ranks' weights differ"
+
+    # The same global batches in one process: rank 0's and rank 1's batch of each step, the loss
+    # the mean of the two, the learning rate scaled by 2 as the ranks scale it.
+    meta = hvd_data.describe(store, 0)
+    fs, local = store.get_arrow_filesystem()
+    groups = [(local(p), g, n) for p, g, n in meta["train_row_groups"]]
+    columns = ["vec", "arr", "x", "label"]
+    steps = steps_per_epoch(groups, 2, 32)
+    reference = initial
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.05 * 2, momentum=0.9)
+    readers = [BatchReader(groups, fs, columns, meta["kinds"], 32, r, 2, steps=steps, seed=SEED) for r in range(2)]
+    for epoch in range(4):
+        for b0, b1 in zip(readers[0].epoch(epoch), readers[1].epoch(epoch), strict=True):
+            optimizer.zero_grad()
+            loss = 0
+            for batch in (b0, b1):
+                inputs = [torch.from_numpy(batch[c].astype(np.float32)) for c in ("vec", "arr", "x")]
+                loss = loss + torch.nn.functional.cross_entropy(reference(*inputs),
+                                                                torch.from_numpy(batch["label"])) / 2
+            loss.backward()
+            optimizer.step()
+    worst = max(float((a - b).abs().max()) for a, b in
+                zip(ranks[0].state_dict().values(), reference.state_dict().values(), strict=True))
+    print("torch: largest weight difference to the single-process run: %.3g" % worst)
+    assert worst < 1e-5
+    history = model.getHistory()
+    print("torch history:", history)
+    assert len(history["loss"]) == 4 and history["val_accuracy"][-1] >= 0.95
+    # The returned optimizer's learning rate is the one given.
+    assert model.getOptimizer().param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+def test_torch_transform_save_load_pipeline(torch_fit, frame, tmp_path):
+    import torch
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import SQLTransformer
+
+    from horovod.spark.torch import TorchEstimator, TorchModel
+
+    estimator, model, _, _, _ = torch_fit
+    df, features, labels = frame
+    out = model.transform(df)
+    assert "label__output" in out.columns and out.count() == ROWS
+    rows = out.orderBy("id").select("vec", "arr", "x", "label", "label__output").collect()
+    predicted = np.array([np.argmax(r["label__output"]) for r in rows])
+    truth = np.array([r["label"] for r in rows])
+    print("torch transform accuracy: %.4f" % (predicted == truth).mean())
+    assert (predicted == truth).mean() >= 0.95
+    # The same outputs as the model applied here.
+    net = model.getModel().eval()
+    with torch.no_grad():
+        local_out = net(torch.tensor(np.array([r["vec"].toArray() for r in rows]), dtype=torch.float32),
+                        torch.tensor([r["arr"] for r in rows], dtype=torch.float32),
+                        torch.tensor([r["x"] for r in rows], dtype=torch.float32)).numpy()
+    np.testing.assert_allclose(np.array([r["label__output"] for r in rows]), local_out, rtol=1e-5, atol=1e-6)
+
+    with pytest.raises(ValueError, match="already has column"):
+        model.transform(out)
+
+    path = str(tmp_path / "torch-model")
+    model.save(path)
+    loaded = TorchModel.load(path)
+    assert loaded.getFeatureColumns() == ["vec", "arr", "x"] and loaded.getHistory() == model.getHistory()
+    again = loaded.transform(df).orderBy("id").select("label__output").collect()
+    assert [r[0] for r in again] == [r["label__output"] for r in rows]
+
+    pipeline = PipelineModel(stages=[SQLTransformer(statement="SELECT *, x * 2 AS x2 FROM __THIS__"), model])
+    pipeline.save(str(tmp_path / "pipeline-model"))
+    restored = PipelineModel.load(str(tmp_path / "pipeline-model"))
+    assert [r[0] for r in restored.transform(df).orderBy("id").select("label__output").collect()] == \
+        [r["label__output"] for r in rows]
+
+    # An unfitted estimator in a Pipeline saves and loads with its params.
+    Pipeline(stages=[estimator]).save(str(tmp_path / "pipeline"))
+    stage = Pipeline.load(str(tmp_path / "pipeline")).getStages()[0]
+    assert isinstance(stage, TorchEstimator)
+    assert stage.getBatchSize() == 32 and stage.getFeatureCols() == ["vec", "arr", "x"]
+    assert stage.getRandomSeed() == SEED and stage.getValidation() == 0.2
+
+
+class KillRank:
+    """Callback: SIGKILLs rank ``rank``'s process at ``step`` of ``epoch``."""
+
+    def __init__(self, rank, epoch, step):
+        self.rank, self.epoch, self.step = rank, epoch, step
+
+    def on_batch_end(self, epoch, step, logs):
+        import horovod.torch as hvd
+        if hvd.rank() == self.rank and epoch == self.epoch and step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_torch_killed_rank_fails_fit_and_run_resumes(sc, frame, tmp_path_factory):
+    store = hvd_store.Store.create(str(tmp_path_factory.mktemp("torch-resume")))
+    estimator = torch_estimator(store, SparkBackend(num_proc=2, start_timeout=120, verbose=0), "resumed", epochs=3,
+                                callbacks=[KillRank(1, 1, 5)])
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"Process name: 1\n") as failure:
+        estimator.fit(frame[0])
+    took = time.monotonic() - start
+    print("fit with a killed rank raised after %.1f s: %s" % (took, str(failure.value)[:300]))
+    assert took < 120
+    deadline = time.monotonic() + 20
+    while sc.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not sc.statusTracker().getActiveJobsIds(), "a Spark job was left running"
+    assert store.exists(store.get_checkpoint_path("resumed"))
+
+    backend = RecordingBackend(num_proc=2, start_timeout=120, verbose=0)
+    resumed = torch_estimator(store, backend, "resumed", epochs=3)
+    model = resumed.fit(frame[0])
+    assert [r["start_epoch"] for r in backend.results] == [1, 1]
+    assert len(model.getHistory()["loss"]) == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Without a cluster.
+
+def test_store_create_and_paths(tmp_path):
+    store = hvd_store.Store.create(str(tmp_path))
+    assert isinstance(store, hvd_store.FilesystemStore)
+    assert store.prefix_path == "file://" + str(tmp_path)
+    assert store.get_train_data_path(3) == "file://%s/intermediate_train_data.3" % tmp_path
+    assert store.get_checkpoint_path("r1") == "file://%s/runs/r1/checkpoint" % tmp_path
+    store.write(store.get_checkpoint_path("r1"), b"abc")
+    assert store.read(store.get_checkpoint_path("r1")) == b"abc"
+    assert issubclass(hvd_store.LocalStore, hvd_store.FilesystemStore)
+    memory = hvd_store.Store.create("memory://hvd-est-test")
+    memory.write(memory.get_checkpoint_path("r"), b"x")
+    assert memory.read(memory.get_checkpoint_path("r")) == b"x"
+    memory.remove("memory://hvd-est-test")
+    with pytest.raises(ValueError, match="prefix_path"):
+        hvd_store.Store.create("")
+
+
+def test_hdfs_store_parse_url_and_filesystem():
+    import pyarrow.fs
+
+    store = hvd_store.Store.create("hdfs://namenode:9000/user/hvd")
+    assert isinstance(store, hvd_store.HDFSStore)
+    assert store._hdfs_kwargs["host"] == "namenode" and store._hdfs_kwargs["port"] == 9000
+    assert store.get_train_data_path() == "hdfs://namenode:9000/user/hvd/intermediate_train_data"
+    default = hvd_store.HDFSStore("/user/hvd")
+    assert default._hdfs_kwargs["host"] == "default" and default._hdfs_kwargs["port"] == 0
+    given = hvd_store.HDFSStore("hdfs:///user/hvd", host="nn2", port=8020, user="alice")
+    assert (given._hdfs_kwargs["host"], given._hdfs_kwargs["port"], given._hdfs_kwargs["user"]) == ("nn2", 8020,
+                                                                                                   "alice")
+    with pytest.raises(ValueError, match="hdfs://"):
+        hvd_store.HDFSStore("s3://bucket/x")
+    # The connection it makes is pyarrow's HadoopFileSystem; without libhdfs here it fails in it.
+    connect = store._get_filesystem_fn()
+    assert connect.__code__.co_names.count("HadoopFileSystem") == 1
+    with pytest.raises(OSError):
+        connect()
+    assert pyarrow.fs.HadoopFileSystem
+
+
+def test_estimator_params_defaults_and_errors():
+    import torch
+
+    from horovod.spark.torch import TorchEstimator
+
+    est = TorchEstimator()
+    assert est.getBatchSize() == 32 and est.getEpochs() == 1 and est.getShuffle() is True
+    assert est.getMetrics() == [] and est.getPartitionsPerProcess() == 10 and est.getTrainReaderNumWorker() == 2
+    assert est.getShufflingBufferSize() is None and est.getInMemoryCacheAll() is False and est.getUseGpu() is True
+    with pytest.raises(TypeError):
+        TorchEstimator(2)
+    model = torch.nn.Linear(2, 1)
+    good = dict(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loss=torch.nn.MSELoss(),
+                feature_cols=["a"], label_cols=["b"], store=hvd_store.Store.create("memory://p"))
+    with pytest.raises(ValueError, match="loss or loss_constructors"):
+        TorchEstimator(loss_constructors=[torch.nn.MSELoss], **good)._check_common()
+    with pytest.raises(ValueError, match="backward_passes_per_step"):
+        TorchEstimator(backward_passes_per_step=0, **good)._check_common()
+    with pytest.raises(ValueError, match="num_proc or backend"):
+        TorchEstimator(num_proc=2, backend=SparkBackend(2), **good)._check_common()
+    with pytest.raises(ValueError, match="validation"):
+        TorchEstimator(validation=1.5, **good)._check_common()
+    with pytest.raises(ValueError, match="torch.nn.Module"):
+        TorchEstimator(**dict(good, model="nope"))._check_common()
+    assert util.prepare_data is hvd_data.prepare_data
+
+
+def test_prepare_data_checks_columns(spark, tmp_path):
+    store = hvd_store.Store.create(str(tmp_path))
+    df = spark.createDataFrame([("a", 1.0)], "s string, y double")
+    with pytest.raises(ValueError, match="not in the DataFrame"):
+        with util.prepare_data(2, store, df, ["y"], ["missing"]):
+            pass
+    with pytest.raises(ValueError, match="numeric scalars"):
+        with util.prepare_data(2, store, df, ["y"], ["s"]):
+            pass
+    with pytest.raises(ValueError, match="fraction"):
+        with util.prepare_data(2, store, df, ["y"], ["y"], validation=2.0):
+            pass
+    assert not hvd_data._training_cache._entries
+
+
+def test_prepare_data_validation_column(frame, tmp_path):
+    df = frame[0]
+    store = hvd_store.Store.create(str(tmp_path))
+    with util.prepare_data(2, store, df, ["label"], ["vec", "arr", "x"], validation="is_val",
+                           partitions_per_process=3) as idx:
+        assert idx == 0
+        meta = hvd_data.describe(store, idx)
+        # 2 ranks x 3 partitions x 0.8 (no fraction: all training partitions).
+        assert len({p for p, _, _ in meta["train_row_groups"]}) == 6
+        assert meta["val_rows"] == ROWS // 5 and meta["train_rows"] == ROWS - ROWS // 5
+        assert meta["kinds"]["vec"] == ("array", 4) and meta["kinds"]["x"] == ("scalar", None)
+        with util.prepare_data(2, store, df, ["label"], ["vec", "arr", "x"], validation="is_val") as again:
+            assert again == idx
+    assert not hvd_data._training_cache._entries
+
