@@ -23,9 +23,7 @@ except _PackageNotFoundError:
 import keras
 
 import horovod._keras as _impl
-from horovod._keras import backend as _backend_layer
-
-_backend = _backend_layer.load(keras.backend.backend())
+from horovod.keras._selected import backend as _backend
 _framework = _backend.framework
 
 init = _framework.init

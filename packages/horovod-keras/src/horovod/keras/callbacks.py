@@ -3,7 +3,7 @@
 import keras
 
 from horovod._keras import callbacks as _impl
-from horovod.keras import _backend
+from horovod.keras._selected import backend as _backend
 
 
 class BroadcastGlobalVariablesCallback(_impl.BroadcastGlobalVariablesCallbackImpl,

@@ -18,7 +18,7 @@ import keras
 
 from horovod._keras import elastic as _impl
 from horovod.common.elastic import run_fn
-from horovod.keras import _backend
+from horovod.keras._selected import backend as _backend
 
 __all__ = ['KerasState', 'CommitStateCallback', 'UpdateBatchStateCallback',
            'UpdateEpochStateCallback', 'run']

@@ -23,7 +23,7 @@ from horovod.runner import mpi_run as runner_mpi_run
 from horovod.runner.common.util import codec, network
 from horovod.runner.common.util.settings import Settings
 from horovod.spark.common import util
-from horovod.spark.runner import HEARTBEAT_TIMEOUT_S, SparkDriverService
+from horovod.spark.driver.driver_service import HEARTBEAT_TIMEOUT_S, SparkDriverService
 from horovod.runner.common.util import env_names
 
 # Variables of the driver's environment that mpirun and the daemons need where set.

@@ -10,7 +10,7 @@ in lockstep.
 import tensorflow as tf
 
 from horovod.tensorflow.mpi_ops import global_process_set
-from horovod.tensorflow.util import _no_autograph
+from horovod.tensorflow.util import _no_autograph, _ref
 
 
 class LocalGradientAggregationHelper:
@@ -57,7 +57,6 @@ class LocalGradientAggregationHelper:
 
     def register_local_var(self, var):
         """Marks ``var`` as local: its gradient is accumulated but never reduced."""
-        from horovod.tensorflow.optimizer import _ref
         self._local_vars.add(_ref(var))
 
     def _init(self, grads):

@@ -19,7 +19,7 @@ from horovod.tensorflow.mpi_ops import (
     rank,
 )
 from horovod.tensorflow.reduction import grouped_allreduce
-from horovod.tensorflow.util import _no_autograph
+from horovod.tensorflow.util import _no_autograph, _ref
 
 
 def _check_options(op, gradient_predivide_factor, num_groups, groups):
@@ -133,17 +133,6 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
             return result
 
     return allreduce_grads
-
-
-def _ref(variable):
-    """A hashable key of a variable or tensor: ``ref()`` of the tf.Variable (a Keras 3 variable
-    stands for the tf.Variable it wraps)."""
-    if isinstance(variable, tf.Variable):
-        return variable.ref()
-    inner = getattr(variable, 'value', None)
-    if isinstance(inner, tf.Variable):
-        return inner.ref()
-    return variable.ref() if hasattr(variable, 'ref') else id(variable)
 
 
 def _reduce_with_locals(allreduce_grads, grads, vars, local_refs, process_set, scale_local_gradients,

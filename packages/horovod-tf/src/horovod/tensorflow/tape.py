@@ -4,8 +4,8 @@ import tensorflow as tf
 
 from horovod.tensorflow.compression import Compression
 from horovod.tensorflow.mpi_ops import Average, global_process_set
-from horovod.tensorflow.optimizer import _check_options, _make_allreduce_grads_fn, _reduce_with_locals, _ref
-from horovod.tensorflow.util import _no_autograph
+from horovod.tensorflow.optimizer import _check_options, _make_allreduce_grads_fn, _reduce_with_locals
+from horovod.tensorflow.util import _no_autograph, _ref
 
 
 class _DistributedTapeMixin:

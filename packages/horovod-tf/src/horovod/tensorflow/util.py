@@ -15,6 +15,17 @@ def _make_subgraph(f):
     return tf.function(f, autograph=False)
 
 
+def _ref(variable):
+    """A hashable key of a variable or tensor: ``ref()`` of the tf.Variable (a Keras 3 variable
+    stands for the tf.Variable it wraps)."""
+    if isinstance(variable, tf.Variable):
+        return variable.ref()
+    inner = getattr(variable, 'value', None)
+    if isinstance(inner, tf.Variable):
+        return inner.ref()
+    return variable.ref() if hasattr(variable, 'ref') else id(variable)
+
+
 def vars_to_refs(variables):
     """Hashable references of a list of variables (``var.ref()``), for use as dict keys."""
     if isinstance(variables, tuple):

@@ -126,11 +126,7 @@ def _initialize_state(optimizer, model):
             else:
                 p.grad = torch.zeros_like(p)
     # A DistributedOptimizer's own step() would allreduce; step the wrapped class instead.
-    from horovod.torch.optimizer import _DistributedOptimizer
-    if isinstance(optimizer, _DistributedOptimizer):
-        super(_DistributedOptimizer, optimizer).step()
-    else:
-        optimizer.step()
+    getattr(optimizer, '_step_without_allreduce', optimizer.step)()
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):

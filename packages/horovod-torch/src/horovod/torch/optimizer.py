@@ -286,6 +286,11 @@ class _DistributedOptimizer:
         self._synchronized = False
         return super().step(closure)
 
+    def _step_without_allreduce(self):
+        """The wrapped optimizer's own ``step()``, with no allreduce (broadcast_optimizer_state
+        runs it to create the optimizer's state)."""
+        return super(_DistributedOptimizer, self).step()
+
     def zero_grad(self, set_to_none=True):
         """Clears the gradients, as the wrapped optimizer's ``zero_grad``.
 

@@ -12,7 +12,7 @@ import time
 
 from horovod.runner.common.util import network
 from horovod.spark.common import util
-from horovod.spark.runner import SparkDriverService
+from horovod.spark.driver.driver_service import SparkDriverService
 
 
 class _Attempt:
