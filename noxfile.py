@@ -459,7 +459,7 @@ def image(session: nox.Session) -> None:
     system_deps(session)
     for package in PACKAGES:
         ensure_wheel(session, package)
-    session.install("pytest", str(ROOT / "packages" / "horovod-testing"))
+    session.install("pytest", "pyyaml", str(ROOT / "packages" / "horovod-testing"))
     before = _tmp_entries()
     tmpdir = pathlib.Path(tempfile.mkdtemp(prefix="hvdnox-", dir="/tmp"))
     try:

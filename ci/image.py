@@ -21,8 +21,9 @@ Run as root. `build`:
    (downloaded once into CACHE/wheelhouse-gpu); in a container of it, the core must say it was
    built with NCCL and CUDA and find the wheel's libnccl. The stand-in image is removed afterwards.
 
-`clean` removes what a run may have left: working containers of these images (and their mounts)
-and the tags of the images built from the Dockerfile. The base and the cached layers stay.
+`clean` removes what a run may have left: working containers (and their mounts) and the names of
+the images built from the Dockerfile. The base and the layers stay, as the next build's cache
+(named localhost/horovod-layer-cache:cpu and :gpu-standin; an older build's layers are removed).
 
 Storage: CACHE/storage (overlay driver), run state in RUNROOT; CACHE is /var/cache/horovod-image.
 Exit status 0 when everything passed, 1 with the reason otherwise.
@@ -50,6 +51,7 @@ BASE = "localhost/horovod-base:bookworm"
 IMAGE = "localhost/horovod:cpu"
 GPU_STANDIN = "localhost/horovod:gpu-standin"
 BUILT = [IMAGE, GPU_STANDIN]
+LAYER_CACHE = "localhost/horovod-layer-cache:"
 NCCL_WHEEL = "nvidia-nccl-cu13"
 # The image's non-root user (docker/Dockerfile's USER and UID).
 USER, UID = "mpiuser", 1000
@@ -192,9 +194,18 @@ def build(dist: pathlib.Path, gpu_dist: pathlib.Path) -> None:
     try:
         found = json.loads(run_in(GPU_STANDIN, GPU_CHECK).strip().splitlines()[-1])
     finally:
-        subprocess.run([*BUILDAH, "rmi", GPU_STANDIN], capture_output=True)
+        keep_as_cache(GPU_STANDIN)
     log(f"GPU variant on the stand-in base: built in {seconds:.0f} s; in it, nccl_built() = {found['nccl_built']}, "
         f"cuda_built() = {found['cuda_built']}, GPU: {found['gpu'] or 'usable'}")
+
+
+def keep_as_cache(tag: str) -> None:
+    """Removes the name ``tag`` but keeps its layers as the next build's cache: the image is
+    named localhost/horovod-layer-cache:<variant> instead (`buildah rmi` of an image's only name
+    would remove the intermediate images of its chain too, the build's cache)."""
+    if image_id(tag):
+        subprocess.run([*BUILDAH, "tag", tag, LAYER_CACHE + tag.rsplit(":", 1)[1]], check=True, capture_output=True)
+        subprocess.run([*BUILDAH, "rmi", tag], check=True, capture_output=True)
 
 
 def clean() -> None:
@@ -202,12 +213,13 @@ def clean() -> None:
     removed; the built tags; then the storage's own mount of its overlay folder and the run
     state, so that no mount is left. The base and the layer cache stay."""
     listed = subprocess.run([*BUILDAH, "containers", "--all", "--json"], capture_output=True, text=True)
-    for container in json.loads(listed.stdout or "[]") if listed.returncode == 0 else []:
+    for container in (json.loads(listed.stdout or "null") or []) if listed.returncode == 0 else []:
         subprocess.run([*BUILDAH, "umount", container["id"]], capture_output=True)
         subprocess.run([*BUILDAH, "rm", container["id"]], capture_output=True)
     for tag in BUILT:
-        if image_id(tag):
-            subprocess.run([*BUILDAH, "rmi", tag], capture_output=True)
+        keep_as_cache(tag)
+    # The chains of layers that no cache name holds any more (an older build's): removed.
+    subprocess.run([*BUILDAH, "rmi", "--prune"], capture_output=True)
     overlay = CACHE / "storage" / "overlay"
     with open("/proc/self/mountinfo") as f:
         mounted = [line.split()[4] for line in f]

@@ -209,3 +209,25 @@ def test_elastic_worker_pod_deleted_and_back(testbed, job):
     for worker in job.pods:
         left = _wait_empty(worker)
         assert not left, f"the job left processes in {worker.name}: {left}"
+
+
+def _documented_manifests():
+    import yaml
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md").read_text()
+    return [yaml.safe_load(block.split("```", 1)[0]) for block in text.split("```yaml\n")[1:]]
+
+
+def test_documented_manifest(testbed, job):
+    """docs/kubernetes.md's first MPIJob as written: its launcher's command and arguments (the
+    digits example the image carries) on workers of its shape; the example checks that every rank
+    ends with identical parameters."""
+    manifest = _documented_manifests()[0]
+    replicas = manifest["spec"]["mpiReplicaSpecs"]
+    assert (replicas["Worker"]["replicas"], manifest["spec"]["slotsPerWorker"]) == (job.workers, job.slots)
+    assert manifest["spec"]["sshAuthMountPath"] == HOME + "/.ssh"
+    launcher = replicas["Launcher"]["template"]["spec"]["containers"][0]
+    status, output = launch(testbed, job, launcher["command"] + launcher["args"])
+    assert status == 0, output
+    assert "parameters identical on all 4 ranks" in output, output
+    accuracy = float(output.split("test accuracy: ")[1].split()[0])
+    assert accuracy >= 0.9, output
