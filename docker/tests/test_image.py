@@ -231,3 +231,11 @@ def test_documented_manifest(testbed, job):
     assert "parameters identical on all 4 ranks" in output, output
     accuracy = float(output.split("test accuracy: ")[1].split()[0])
     assert accuracy >= 0.9, output
+
+
+def test_one_container(testbed, job):
+    """docs/docker.md's one-host run: two ranks in one container, the example the image carries."""
+    status, output = launch(testbed, job, ["horovodrun", "-np", "2", "-H", "localhost:2", "python",
+                                           "/opt/examples/pytorch_digits.py", "--epochs", "3"])
+    assert status == 0, output
+    assert "parameters identical on all 2 ranks" in output, output
