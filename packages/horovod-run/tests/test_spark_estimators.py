@@ -2,12 +2,13 @@
 cluster (a master and two workers, started once for the module by test_spark's ``Cluster`` under
 build/spark-est-test and stopped by PID), with real rank processes and real frameworks.
 
-The data: a few thousand rows with a vector column (dense and sparse rows), an array column and
-a scalar column, labelled by a linear rule the models can learn; 20% held out for validation.
-Run by ``nox -s tests-spark``.
+Each estimator is fitted by running its docs example (docs/examples/spark/estimator_*.py) with a
+backend that keeps every rank's result; the tests then check those results against a
+single-process run on the same global batches. The data (estimator_data.py): 3000 rows with a
+vector column (dense and sparse rows), an array column and a scalar column, labelled by a linear
+rule the models can learn; 20% held out for validation. Run by ``nox -s tests-spark``.
 """
 
-import copy
 import os
 import pathlib
 import shutil
@@ -21,9 +22,7 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from pyspark.ml.linalg import Vectors, VectorUDT  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql import types as T  # noqa: E402
 
 import test_spark  # noqa: E402
 from horovod.spark.common import data as hvd_data  # noqa: E402
@@ -36,8 +35,24 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 BASE = ROOT / "build" / "spark-est-test"
+EXAMPLES = ROOT / "docs" / "examples" / "spark"
 ROWS = 3000
 SEED = 7
+
+
+def _example(name):
+    """docs/examples/spark/<name>.py as a module whose functions and classes travel by value."""
+    import importlib.util
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / (name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    cloudpickle.register_pickle_by_value(module)
+    return module
 
 
 @pytest.fixture(scope="module")
@@ -54,34 +69,9 @@ def spark(sc):
     return SparkSession(sc)
 
 
-def make_rows(n, seed=0):
-    """Rows (id, vec, arr, x, label, is_val): label = 1 when w . features > 0."""
-    rng = np.random.default_rng(seed)
-    vec = rng.normal(size=(n, 4))
-    vec[rng.random((n, 4)) < 0.3] = 0.0  # zeros, so that sparse rows have few entries
-    arr = rng.normal(size=(n, 3))
-    x = rng.normal(size=n)
-    score = vec @ [1.0, -1.0, 0.5, 1.5] + arr @ [1.0, 0.5, -1.0] + 0.8 * x
-    label = (score > 0).astype(int)
-    rows = []
-    for i in range(n):
-        if i % 2:
-            v = Vectors.sparse(4, {j: float(vec[i, j]) for j in range(4) if vec[i, j] != 0.0})
-        else:
-            v = Vectors.dense(vec[i].tolist())
-        rows.append((i, v, arr[i].tolist(), float(x[i]), int(label[i]), bool(i % 5 == 0)))
-    return rows, np.concatenate([vec, arr, x[:, None]], axis=1), label
-
-
-SCHEMA = T.StructType([T.StructField("id", T.LongType()), T.StructField("vec", VectorUDT()),
-                       T.StructField("arr", T.ArrayType(T.DoubleType())), T.StructField("x", T.DoubleType()),
-                       T.StructField("label", T.LongType()), T.StructField("is_val", T.BooleanType())])
-
-
 @pytest.fixture(scope="module")
 def frame(spark):
-    rows, features, labels = make_rows(ROWS)
-    return spark.createDataFrame(rows, SCHEMA).repartition(4), features, labels
+    return _example("estimator_data").make_dataframe(spark, ROWS)
 
 
 class RecordingBackend(SparkBackend):
@@ -95,50 +85,23 @@ class RecordingBackend(SparkBackend):
 # ---------------------------------------------------------------------------------------------
 # Torch.
 
-def torch_net():
-    import torch
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.hidden = torch.nn.Linear(8, 16)
-            self.out = torch.nn.Linear(16, 2)
-
-        def forward(self, vec, arr, x):
-            h = torch.cat([vec, arr, x.unsqueeze(1)], dim=1)
-            return self.out(torch.relu(self.hidden(h)))
-
-    torch.manual_seed(SEED)
-    return Net()
-
-
-def accuracy(output, label):
-    return float((output.argmax(dim=1) == label).float().mean())
-
-
 def torch_estimator(store, backend, run_id, epochs=4, callbacks=()):
-    import torch
-
-    from horovod.spark.torch import TorchEstimator
-
-    model = torch_net()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    return TorchEstimator(backend=backend, store=store, model=model, optimizer=optimizer,
-                          loss=torch.nn.functional.cross_entropy, metrics=[accuracy],
-                          feature_cols=["vec", "arr", "x"], label_cols=["label"], validation=0.2, batch_size=32,
-                          epochs=epochs, random_seed=SEED, run_id=run_id, callbacks=list(callbacks), verbose=0)
+    return _example("estimator_torch").make_estimator(store, backend=backend, epochs=epochs, seed=SEED,
+                                                      run_id=run_id, callbacks=callbacks)
 
 
 @pytest.fixture(scope="module")
-def torch_fit(sc, frame, tmp_path_factory):
-    store = hvd_store.Store.create(str(tmp_path_factory.mktemp("torch-store")))
+def torch_fit(sc, tmp_path_factory):
+    """docs/examples/spark/estimator_torch.py run on the cluster (fit, transform, save, load)."""
+    example = _example("estimator_torch")
+    path = str(tmp_path_factory.mktemp("torch-store"))
     backend = RecordingBackend(num_proc=2, start_timeout=120, verbose=0)
-    estimator = torch_estimator(store, backend, "torch_run")
-    initial = copy.deepcopy(estimator.getModel())
+    initial = example.make_estimator(hvd_store.Store.create(path), seed=SEED).getModel()
     start = time.monotonic()
-    model = estimator.fit(frame[0])
-    print("torch fit: %.1f s" % (time.monotonic() - start))
-    return estimator, model, backend, store, initial
+    model = example.main(["--store", path], backend=backend)
+    print("torch example (fit, transform, save, load): %.1f s" % (time.monotonic() - start))
+    return example.make_estimator(hvd_store.Store.create(path), seed=SEED), model, backend, \
+        hvd_store.Store.create(path), initial
 
 
 def _rank_models(backend):
@@ -230,7 +193,7 @@ def test_torch_transform_save_load_pipeline(torch_fit, frame, tmp_path):
     from horovod.spark.torch import TorchEstimator, TorchModel
 
     estimator, model, _, _, _ = torch_fit
-    df, features, labels = frame
+    df = frame
     out = model.transform(df)
     assert "label__output" in out.columns and out.count() == ROWS
     rows = out.orderBy("id").select("vec", "arr", "x", "label", "label__output").collect()
@@ -288,7 +251,7 @@ def test_torch_killed_rank_fails_fit_and_run_resumes(sc, frame, tmp_path_factory
                                 callbacks=[KillRank(1, 1, 5)])
     start = time.monotonic()
     with pytest.raises(RuntimeError, match=r"Process name: 1\n") as failure:
-        estimator.fit(frame[0])
+        estimator.fit(frame)
     took = time.monotonic() - start
     print("fit with a killed rank raised after %.1f s: %s" % (took, str(failure.value)[:300]))
     assert took < 120
@@ -300,7 +263,7 @@ def test_torch_killed_rank_fails_fit_and_run_resumes(sc, frame, tmp_path_factory
 
     backend = RecordingBackend(num_proc=2, start_timeout=120, verbose=0)
     resumed = torch_estimator(store, backend, "resumed", epochs=3)
-    model = resumed.fit(frame[0])
+    model = resumed.fit(frame)
     assert [r["start_epoch"] for r in backend.results] == [1, 1]
     assert len(model.getHistory()["loss"]) == 3
 
@@ -390,7 +353,7 @@ def test_prepare_data_checks_columns(spark, tmp_path):
 
 
 def test_prepare_data_validation_column(frame, tmp_path):
-    df = frame[0]
+    df = frame
     store = hvd_store.Store.create(str(tmp_path))
     with util.prepare_data(2, store, df, ["label"], ["vec", "arr", "x"], validation="is_val",
                            partitions_per_process=3) as idx:
@@ -403,4 +366,112 @@ def test_prepare_data_validation_column(frame, tmp_path):
         with util.prepare_data(2, store, df, ["label"], ["vec", "arr", "x"], validation="is_val") as again:
             assert again == idx
     assert not hvd_data._training_cache._entries
+
+
+# ---------------------------------------------------------------------------------------------
+# Keras (Keras 3 on TensorFlow).
+
+def test_keras_example_matches_single_process_and_learns(sc, frame, tmp_path_factory):
+    """docs/examples/spark/estimator_keras.py (fit, transform, save, load) on the cluster."""
+    import keras
+
+    example = _example("estimator_keras")
+    path = str(tmp_path_factory.mktemp("keras-store"))
+    backend = RecordingBackend(num_proc=2, start_timeout=120, verbose=0)
+    initial = example.build_model(SEED).get_weights()
+    start = time.monotonic()
+    fitted = example.main(["--store", path], backend=backend)
+    print("keras example (fit, transform, save, load): %.1f s" % (time.monotonic() - start))
+    w0, w1 = (r["weights"] for r in backend.results)
+    for a, b in zip(w0, w1, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    # One process, the same global batches (rank 0's then rank 1's rows), learning rate x 2.
+    store = hvd_store.Store.create(path)
+    meta = hvd_data.describe(store, 0)
+    fs, local = store.get_arrow_filesystem()
+    groups = [(local(p), g, n) for p, g, n in meta["train_row_groups"]]
+    columns = ["vec", "arr", "x", "label"]
+    steps = steps_per_epoch(groups, 2, 32)
+    reference = example.build_model(SEED)
+    reference.set_weights(initial)
+    reference.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    readers = [BatchReader(groups, fs, columns, meta["kinds"], 32, r, 2, steps=steps, seed=SEED) for r in range(2)]
+    for epoch in range(3):
+        for b0, b1 in zip(readers[0].epoch(epoch), readers[1].epoch(epoch), strict=True):
+            xs = [np.concatenate([b0[c], b1[c]]).astype(np.float32) for c in ("vec", "arr", "x")]
+            reference.train_on_batch(xs, np.concatenate([b0["label"], b1["label"]]))
+    worst = max(float(np.abs(a - b).max()) for a, b in zip(w0, reference.get_weights(), strict=True))
+    print("keras: largest weight difference to the single-process run: %.3g" % worst)
+    assert worst < 1e-5
+    history = fitted.getHistory()
+    print("keras history:", history)
+    assert len(history["loss"]) == 3 and history["val_accuracy"][-1] >= 0.95
+
+    from horovod.spark.keras import KerasModel
+
+    rows = fitted.transform(frame).orderBy("id").select("label", "label__output").collect()
+    assert len(rows) == ROWS
+    accuracy = np.mean([np.argmax(r["label__output"]) == r["label"] for r in rows])
+    print("keras transform accuracy: %.4f" % accuracy)
+    assert accuracy >= 0.95
+    loaded = KerasModel.load(path + "/keras-model")  # saved by the example
+    again = loaded.transform(frame).orderBy("id").select("label__output").collect()
+    assert [r[0] for r in again] == [r["label__output"] for r in rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# Lightning.
+
+def test_lightning_example_matches_single_process_and_learns(sc, frame, tmp_path_factory):
+    """docs/examples/spark/estimator_lightning.py (fit, transform) on the cluster."""
+    import torch
+
+    from horovod.spark.lightning import TorchEstimator
+
+    example = _example("estimator_lightning")
+    path = str(tmp_path_factory.mktemp("lightning-store"))
+    store = hvd_store.Store.create(path)
+    backend = RecordingBackend(num_proc=2, start_timeout=120, verbose=0)
+    initial = example.make_estimator(store, seed=SEED).getModel()
+    with pytest.raises(ValueError, match="configure_optimizers"):
+        TorchEstimator(model=initial, optimizer=torch.optim.SGD(initial.parameters(), lr=0.1), store=store,
+                       feature_cols=["x"], label_cols=["label"])._check_common()
+    start = time.monotonic()
+    fitted = example.main(["--store", path], backend=backend)
+    print("lightning example (fit, transform): %.1f s" % (time.monotonic() - start))
+    ranks = [cloudpickle.loads(r["model"]) for r in backend.results]
+    for a, b in zip(ranks[0].state_dict().values(), ranks[1].state_dict().values(), strict=True):
+        assert torch.equal(a, b), "the ranks' weights differ"
+
+    meta = hvd_data.describe(store, 0)
+    fs, local = store.get_arrow_filesystem()
+    groups = [(local(p), g, n) for p, g, n in meta["train_row_groups"]]
+    columns = ["vec", "arr", "x", "label"]
+    steps = steps_per_epoch(groups, 2, 32)
+    optimizer = torch.optim.SGD(initial.parameters(), lr=0.1, momentum=0.9)
+    readers = [BatchReader(groups, fs, columns, meta["kinds"], 32, r, 2, steps=steps, seed=SEED) for r in range(2)]
+    for epoch in range(3):
+        for b0, b1 in zip(readers[0].epoch(epoch), readers[1].epoch(epoch), strict=True):
+            optimizer.zero_grad()
+            loss = 0
+            for batch in (b0, b1):
+                inputs = [torch.from_numpy(batch[c].astype(np.float32)) for c in ("vec", "arr", "x")]
+                loss = loss + torch.nn.functional.cross_entropy(initial(*inputs), torch.from_numpy(batch["label"])) / 2
+            loss.backward()
+            optimizer.step()
+    worst = max(float((a - b).abs().max()) for a, b in
+                zip(ranks[0].state_dict().values(), initial.state_dict().values(), strict=True))
+    print("lightning: largest weight difference to the single-process run: %.3g" % worst)
+    assert worst < 1e-5
+    history = fitted.getHistory()
+    print("lightning history:", history)
+    assert len(history["val_accuracy"]) == 3 and history["val_accuracy"][-1] >= 0.95
+
+    rows = fitted.transform(frame).orderBy("id").select("label", "label__output").collect()
+    assert len(rows) == ROWS
+    accuracy = np.mean([np.argmax(r["label__output"]) == r["label"] for r in rows])
+    print("lightning transform accuracy: %.4f" % accuracy)
+    assert accuracy >= 0.95
 

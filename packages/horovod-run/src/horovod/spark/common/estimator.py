@@ -210,16 +210,16 @@ class HorovodModel(Model, params.ModelParams, _Persistence):
             if c not in fields:
                 raise ValueError("feature column %r is not in the DataFrame (its columns: %s)" % (c, sorted(fields)))
             inputs.append(vector_to_array(F.col(c)) if isinstance(fields[c], VectorUDT) else F.col(c))
-        predict = self._predictor()
-
-        # The output types, from one row predicted here.
+        # The output types, from one row predicted here (by a predictor of its own: the one that
+        # travels must not carry the model it loaded here).
         sample = df.select(*inputs).limit(1).collect()
         if not sample:
             types = [T.DoubleType()] * len(outputs)
         else:
             shapes = [np.asarray(o).reshape(1, -1).shape[1] for o in
-                      predict([np.asarray([v], dtype=_dtype(v)) for v in sample[0]])]
+                      self._predictor()([np.asarray([v], dtype=_dtype(v)) for v in sample[0]])]
             types = [T.DoubleType() if n == 1 else T.ArrayType(T.DoubleType()) for n in shapes]
+        predict = self._predictor()
         struct = T.StructType([T.StructField(name, t) for name, t in zip(outputs, types, strict=True)])
 
         def run(batches: Iterator[Tuple[pa.Array, ...]]) -> Iterator[pa.Array]:  # noqa: UP006
