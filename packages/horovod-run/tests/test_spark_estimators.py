@@ -475,3 +475,23 @@ def test_lightning_example_matches_single_process_and_learns(sc, frame, tmp_path
     print("lightning transform accuracy: %.4f" % accuracy)
     assert accuracy >= 0.95
 
+
+def test_torch_example_as_a_script_on_local_master(tmp_path):
+    """docs/examples/spark/estimator_torch.py as a user runs it, on a ``local[2]`` master of its
+    own (a separate driver process; its Spark folders under tmp_path)."""
+    import subprocess
+
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_DIRS=str(tmp_path / "local"), TMPDIR=str(tmp_path / "tmp"),
+               JAVA_TOOL_OPTIONS="-XX:-UsePerfData -Djava.io.tmpdir=%s" % (tmp_path / "tmp"))
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, str(EXAMPLES / "estimator_torch.py"), "--master", "local[2]",
+                          "--num-proc", "2", "--store", str(tmp_path / "store")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    print("estimator_torch.py on local[2]: %.1f s" % (time.monotonic() - start))
+    assert out.returncode == 0, out.stderr[-3000:]
+    accuracy = float(out.stdout.split("accuracy on all rows:")[1].split()[0])
+    print("local[2] example accuracy on all rows: %.3f" % accuracy)
+    assert accuracy >= 0.95
+    assert (tmp_path / "store" / "torch-model" / "metadata").is_dir()
