@@ -337,6 +337,91 @@ def test_estimator_params_defaults_and_errors():
     assert util.prepare_data is hvd_data.prepare_data
 
 
+def _parquet(folder, rows_per_file):
+    """Parquet files of one row group each, as prepare_data writes them: an id, an array of 2 and
+    a label; returns their row groups."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    groups, start = [], 0
+    for i, n in enumerate(rows_per_file):
+        ids = np.arange(start, start + n)
+        table = pa.table({"id": ids, "arr": pa.array([[float(v), -float(v)] for v in ids]), "y": ids % 2})
+        path = str(folder / ("part-%d.parquet" % i))
+        pq.write_table(table, path)
+        groups.append((path, 0, n))
+        start += n
+    return groups
+
+
+KINDS = {"id": ("scalar", None), "arr": ("array", 2), "y": ("scalar", None)}
+
+
+def test_reader_shards_steps_seed_cache_and_transformation(tmp_path):
+    import pyarrow.fs
+
+    groups = _parquet(tmp_path, [10, 7, 9, 4, 8])  # 38 rows; rank 0: 27 rows, rank 1: 11
+    fs = pyarrow.fs.LocalFileSystem()
+    steps = steps_per_epoch(groups, 2, 4)
+    assert steps == 7  # ceil(27 / 4): the largest shard decides; the smaller one wraps
+
+    def ids(reader, epoch):
+        return [b["id"].tolist() for b in reader.epoch(epoch)]
+
+    seen = []
+    for rank in range(2):
+        reader = BatchReader(groups, fs, ["id", "arr"], KINDS, 4, rank, 2, steps=steps, seed=3)
+        batches = ids(reader, 0)
+        assert len(batches) == steps and all(len(b) == 4 for b in batches)
+        seen.append({i for b in batches for i in b})
+        assert batches == ids(BatchReader(groups, fs, ["id", "arr"], KINDS, 4, rank, 2, steps=steps, seed=3), 0)
+        assert batches != ids(reader, 1), "each epoch shuffles anew"
+    assert not seen[0] & seen[1] and seen[0] | seen[1] == set(range(38))
+
+    # One pass without steps (validation): every row once, the last batch smaller; the
+    # transformation runs on each batch; a cached shard gives the same batches again.
+    calls = []
+
+    def double(batch):
+        calls.append(len(batch["id"]))
+        return dict(batch, arr=batch["arr"] * 2)
+
+    reader = BatchReader(groups, fs, ["id", "arr"], KINDS, 5, 0, 1, shuffle=False, inmemory_cache=True,
+                         transformation_fn=double)
+    batches = list(reader.epoch(0))
+    assert [len(b["id"]) for b in batches] == [5] * 7 + [3]
+    assert np.concatenate([b["id"] for b in batches]).tolist() == list(range(38))
+    np.testing.assert_array_equal(batches[0]["arr"], [[0, -0], [2, -2], [4, -4], [6, -6], [8, -8]])
+    assert len(reader._cache) == 5 and sum(calls) == 38
+    assert [b["id"].tolist() for b in reader.epoch(1)] == [b["id"].tolist() for b in batches]
+
+    # A shuffle buffer smaller than the shard mixes rows within windows of row groups only.
+    reader = BatchReader(groups, fs, ["id"], KINDS, 2, 0, 1, steps=19, seed=1, shuffle_buffer_size=8)
+    assert sorted(i for b in reader.epoch(0) for i in b["id"].tolist()) == list(range(38))
+
+
+def test_reader_errors_reach_the_training_thread(tmp_path):
+    import pyarrow as pa
+    import pyarrow.fs
+    import pyarrow.parquet as pq
+
+    path = str(tmp_path / "ragged.parquet")
+    pq.write_table(pa.table({"arr": pa.array([[1.0, 2.0], [3.0]])}), path)
+    reader = BatchReader([(path, 0, 2)], pyarrow.fs.LocalFileSystem(), ["arr"], {"arr": ("array", 2)}, 1)
+    with pytest.raises(ValueError, match=r"arrays of \[1, 2\] elements"):
+        list(reader.epoch(0))
+
+    def broken(batch):
+        raise KeyError("no such column")
+
+    reader = BatchReader(_parquet(tmp_path, [3]), pyarrow.fs.LocalFileSystem(), ["id"], KINDS, 1,
+                         transformation_fn=broken)
+    with pytest.raises(KeyError, match="no such column"):
+        list(reader.epoch(0))
+    with pytest.raises(ValueError, match="batch_size"):
+        BatchReader([], None, ["id"], KINDS, 0)
+
+
 def test_prepare_data_checks_columns(spark, tmp_path):
     store = hvd_store.Store.create(str(tmp_path))
     df = spark.createDataFrame([("a", 1.0)], "s string, y double")
