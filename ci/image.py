@@ -175,8 +175,11 @@ def build(dist: pathlib.Path, gpu_dist: pathlib.Path) -> None:
     wheels = bare_install.project_wheels(dist)
     ensure_base()
     house = bare_install.ensure_wheelhouse(bare_install.CACHE, wheels)
-    offline = {house: "/wheelhouse"}
-    seconds = bud(IMAGE, offline, {"BASE": BASE, "PIP_ARGS": "--no-index --find-links /wheelhouse"})
+    # Both builds see both wheelhouses with the same PIP_ARGS, so that they share the layers up to
+    # the first that differs (PyTorch's, the largest, is the same CPU build in both).
+    offline = {house: "/wheelhouse", ensure_gpu_wheelhouse(): "/wheelhouse-gpu"}
+    pip_args = "--no-index --find-links /wheelhouse --find-links /wheelhouse-gpu"
+    seconds = bud(IMAGE, offline, {"BASE": BASE, "PIP_ARGS": pip_args})
     log(f"built {IMAGE} in {seconds:.0f} s")
 
     gpu_wheels = sorted(gpu_dist.glob("horovod_core-*manylinux*.whl"))
@@ -187,10 +190,8 @@ def build(dist: pathlib.Path, gpu_dist: pathlib.Path) -> None:
         context_dir = gpu_dist.resolve().relative_to(REPO)
     except ValueError:
         raise Failure(f"{gpu_dist} must be inside the build context {REPO}") from None
-    gpu_house = ensure_gpu_wheelhouse()
-    seconds = bud(GPU_STANDIN, {house: "/wheelhouse", gpu_house: "/wheelhouse-gpu"},
-                  {"BASE": BASE, "CORE_WHEELS": str(context_dir), "FRAMEWORKS": f"scikit-learn {NCCL_WHEEL}",
-                   "PIP_ARGS": "--no-index --find-links /wheelhouse --find-links /wheelhouse-gpu"})
+    seconds = bud(GPU_STANDIN, offline, {"BASE": BASE, "CORE_WHEELS": str(context_dir),
+                                         "FRAMEWORKS": f"scikit-learn {NCCL_WHEEL}", "PIP_ARGS": pip_args})
     try:
         found = json.loads(run_in(GPU_STANDIN, GPU_CHECK).strip().splitlines()[-1])
     finally:
