@@ -35,6 +35,12 @@ missing = [n for n in names if not hasattr(hvd, n)]
 extra = [hasattr(hvd.mpi_ops, 'handle_average_backwards_compatibility'),
          hasattr(hvd.mpi_ops._basics, '_get_process_set_ids_and_ranks'),
          hvd.Compression.fp16 is not hvd.Compression.none]
+import mxnet as mx
+try:
+    hvd.Compression.bf16.compress(mx.nd.ones((2,)))
+    extra.append('bf16 compress did not raise')
+except ValueError as error:
+    extra.append('no bfloat16' in str(error) or str(error))
 print(attempts, missing, extra)
 '''
 
@@ -43,4 +49,4 @@ def test_import_alone_and_surface():
     done = subprocess.run([sys.executable, '-c', PROBE], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == '[] [] [True, True, True]', done.stdout + done.stderr
+    assert done.stdout.strip() == '[] [] [True, True, True, True]', done.stdout + done.stderr

@@ -195,3 +195,21 @@ def test_compression_round_trip():
     compressed, ctx = Compression.fp16.compress(ints)
     assert compressed is ints and ctx is None
     assert Compression.fp16.decompress(compressed, ctx) is ints
+
+
+def test_bf16_compression_round_trip():
+    from horovod.torch.compression import BF16Compressor, Compression
+    assert Compression.bf16 is BF16Compressor
+    # 3.0e38 is beyond float16's range but not bfloat16's.
+    x = torch.tensor([-2.0, 0.1, 1.0 / 3.0, 3.0e38], dtype=torch.float64)
+    for dtype in (torch.float16, torch.float32, torch.float64):
+        source = x.to(dtype)
+        compressed, ctx = Compression.bf16.compress(source)
+        assert compressed.dtype == torch.bfloat16 and ctx == dtype
+        restored = Compression.bf16.decompress(compressed, ctx)
+        assert restored.dtype == dtype
+        assert torch.equal(restored, source.to(torch.bfloat16).to(dtype))
+    assert torch.isfinite(Compression.bf16.compress(x)[0]).all()
+    ints = torch.arange(5)
+    compressed, ctx = Compression.bf16.compress(ints)
+    assert compressed is ints and ctx is None and Compression.bf16.decompress(compressed, ctx) is ints

@@ -391,11 +391,46 @@ def test_fp16_compression_allreduce(job):
         np.testing.assert_array_equal(g_int.numpy(), np_ * np.arange(4))
 
 
+def bf16_worker():
+    import horovod.torch as hvd
+    hvd.init()
+    rng = np.random.default_rng(hvd.rank())
+    x = torch.from_numpy(rng.uniform(-1.0, 1.0, (64,))).float()
+    summed = hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.bf16, name='bf16_sum')
+    averaged = hvd.allreduce(x, op=hvd.Average, compression=hvd.Compression.bf16, name='bf16_average')
+    grouped = hvd.grouped_allreduce([x, torch.arange(4)], op=hvd.Sum, compression=hvd.Compression.bf16)
+    return summed, averaged, grouped
+
+
+def test_bf16_compression_allreduce(job):
+    """Compression.bf16: each rank's float32 values rounded to bfloat16 on the way out, summed in
+    float32 and rounded to bfloat16 by the core, cast back to float32. At np <= 2 the one sum is
+    rounded once: the result is exactly the rounded float32 sum of the rounded inputs. (At np 3
+    the engine's reductions still round each partial sum: within one rounding per extra rank.)"""
+    np_, results = job('bf16')
+
+    def to_bf16(values):
+        return torch.from_numpy(np.asarray(values, dtype=np.float32)).to(torch.bfloat16).float().numpy()
+
+    inputs = [to_bf16(np.random.default_rng(r).uniform(-1.0, 1.0, (64,))) for r in range(np_)]
+    once = to_bf16(np.sum(inputs, axis=0, dtype=np.float32))
+    tolerance = 0.0 if np_ <= 2 else 2.0 ** -8 * (np_ - 1) * np.abs(once).max()
+    for summed, averaged, (g_float, g_int) in results:
+        assert summed.dtype == averaged.dtype == g_float.dtype == torch.float32
+        assert g_int.dtype == torch.int64
+        for got in (summed, g_float):
+            np.testing.assert_allclose(got.numpy(), once, rtol=0, atol=tolerance)
+        np.testing.assert_allclose(averaged.numpy(), to_bf16(once / np_), rtol=0,
+                                   atol=tolerance / np_ + (0.0 if np_ in (1, 2) else 2.0 ** -8))
+        np.testing.assert_array_equal(g_int.numpy(), np_ * np.arange(4))
+
+
 # 'names' runs last: its rejected duplicate submission takes a handle on rank 0 only, after which
 # the ranks' automatic names no longer line up.
 WORKERS = {'allreduce': allreduce_worker, 'grouped': grouped_worker,
            'allgather': allgather_worker, 'broadcast': broadcast_worker,
-           'autograd': autograd_worker, 'fp16': fp16_worker, 'names': names_and_handles_worker}
+           'autograd': autograd_worker, 'fp16': fp16_worker, 'bf16': bf16_worker,
+           'names': names_and_handles_worker}
 
 
 job = job_fixture(WORKERS)

@@ -1,7 +1,8 @@
 """Gradient compression applied around an allreduce to reduce the bytes sent between ranks.
 
 The framework-neutral part: each framework package's ``compression`` module subclasses
-``FP16Compressor`` with its dtype tests and casts, and ``Compression`` with that compressor.
+``FP16Compressor`` and ``BF16Compressor`` with its dtypes and casts, and ``Compression`` with
+those compressors.
 """
 
 
@@ -33,19 +34,18 @@ class NoneCompressor(Compressor):
         return tensor
 
 
-class FP16Compressor(Compressor):
-    """Sends floating-point tensors as float16, halving the bytes of float32 gradients.
+class CastCompressor(Compressor):
+    """Sends floating-point tensors cast to a narrower floating-point dtype, ``_wire_dtype``, and
+    casts the result back; other dtypes are sent unchanged. ``FP16Compressor`` and
+    ``BF16Compressor`` are its two cases.
 
-    Values outside float16's range (about ±65504) overflow to inf, and precision drops to about
-    three decimal digits. Other dtypes are sent unchanged.
-
-    A framework's subclass gives ``_float16`` (its float16 dtype) and the static methods
-    ``_is_floating(dtype)`` and ``_cast(tensor, dtype)``, and may override ``_dtype(tensor)``,
-    ``_other_ctx(dtype)`` (the ``ctx`` of a tensor sent unchanged) and ``_restores(ctx)`` (whether
-    ``decompress`` casts to ``ctx``).
+    A framework's subclass gives ``_wire_dtype`` and the static methods ``_is_floating(dtype)``
+    and ``_cast(tensor, dtype)``, and may override ``_dtype(tensor)``, ``_other_ctx(dtype)`` (the
+    ``ctx`` of a tensor sent unchanged) and ``_restores(ctx)`` (whether ``decompress`` casts to
+    ``ctx``).
     """
 
-    _float16 = None
+    _wire_dtype = None
 
     @staticmethod
     def _dtype(tensor):
@@ -69,11 +69,11 @@ class FP16Compressor(Compressor):
 
     @classmethod
     def compress(cls, tensor):
-        """Returns ``(tensor cast to float16, original dtype)`` for a floating-point tensor, else
-        ``(tensor, ctx)`` with the ``ctx`` the framework's subclass gives such tensors."""
+        """Returns ``(tensor cast to the wire dtype, original dtype)`` for a floating-point tensor,
+        else ``(tensor, ctx)`` with the ``ctx`` the framework's subclass gives such tensors."""
         dtype = cls._dtype(tensor)
         if cls._is_floating(dtype):
-            return cls._cast(tensor, cls._float16), dtype
+            return cls._cast(tensor, cls._wire_dtype), dtype
         return tensor, cls._other_ctx(dtype)
 
     @classmethod
@@ -85,9 +85,28 @@ class FP16Compressor(Compressor):
         return tensor
 
 
+class FP16Compressor(CastCompressor):
+    """Sends floating-point tensors as float16, halving the bytes of float32 gradients.
+
+    Values outside float16's range (about ±65504) overflow to inf, and precision drops to about
+    three decimal digits. Other dtypes are sent unchanged.
+    """
+
+
+class BF16Compressor(CastCompressor):
+    """Sends floating-point tensors as bfloat16, halving the bytes of float32 gradients.
+
+    bfloat16 keeps float32's exponent range (no overflow where float32 has none) with an 8-bit
+    significand: about two to three decimal digits, less precise than float16 within its range.
+    The sum of the ranks' values is accumulated in float32 and rounded to bfloat16 (round to
+    nearest even) by the core. Other dtypes are sent unchanged.
+    """
+
+
 class Compression:
-    """The available compressors: ``Compression.none`` and ``Compression.fp16``. A framework's
-    subclass sets ``fp16`` to its ``FP16Compressor``."""
+    """The available compressors: ``Compression.none``, ``Compression.fp16`` and
+    ``Compression.bf16``. A framework's subclass sets ``fp16`` and ``bf16`` to its compressors."""
 
     none = NoneCompressor
     fp16 = FP16Compressor
+    bf16 = BF16Compressor

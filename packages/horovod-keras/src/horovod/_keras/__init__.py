@@ -67,7 +67,7 @@ def create_distributed_optimizer(keras, optimizer, name, device_dense, device_sp
             raise ValueError("groups must be None, a positive int (the number of groups) or a "
                              f"non-empty list of lists of variables, got {groups!r}.")
     if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
-        raise ValueError("compression must be one of hvd.Compression (none or fp16), got "
+        raise ValueError("compression must be one of hvd.Compression (none, fp16 or bf16), got "
                          f"{compression!r}.")
     if process_set is None:
         process_set = framework.global_process_set
