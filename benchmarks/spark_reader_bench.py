@@ -51,6 +51,9 @@ def write_data(folder, rows, files, width):
 
 
 def model_and_step(width, hidden):
+    # PyTorch makes its compile cache folder at the first optimizer step: under build/, not /tmp.
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                                                  "build", "torchinductor"))
     import torch
 
     torch.set_num_threads(1)
