@@ -108,7 +108,7 @@ def _rank_models(backend):
     return [cloudpickle.loads(r["model_and_optimizer"])[0] for r in backend.results]
 
 
-def test_torch_ranks_read_disjoint_shards_covering_the_split(torch_fit):
+def test_torch_ranks_read_disjoint_shards_covering_the_split(torch_fit, frame):
     import pyarrow.dataset as ds
 
     _, _, _, store, _ = torch_fit
@@ -138,6 +138,14 @@ def test_torch_ranks_read_disjoint_shards_covering_the_split(torch_fit):
     assert seen[0] | seen[1] == every
     assert meta["train_rows"] + meta["val_rows"] == ROWS
     assert 0.15 < meta["val_rows"] / ROWS < 0.25
+    # The validation split is the rest of the DataFrame's rows: none of them in the training split.
+    val = ds.dataset(local(meta["val_path"]), format="parquet", filesystem=fs).to_table(columns=columns)
+    val_rows = {tuple(np.concatenate([np.ravel(v) for v in row])) for row in
+                zip(*[hvd_data_numpy(val, c) for c in columns], strict=True)}
+    assert len(val_rows) == meta["val_rows"] and not val_rows & every
+    frame_rows = {tuple(np.concatenate([r["vec"].toArray(), r["arr"], [r["x"], r["label"]]]))
+                  for r in frame.select(*columns).collect()}
+    assert frame_rows == every | val_rows
 
 
 def hvd_data_numpy(table, column):

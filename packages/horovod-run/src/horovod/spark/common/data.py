@@ -102,16 +102,16 @@ def check_validation(validation, df=None):
     raise ValueError("validation must be a fraction in [0, 1) or a column name, got %r" % (validation,))
 
 
-def _to_columns(df, columns, kinds):
-    """``df`` with only ``columns``, vectors turned into arrays of doubles."""
+def _to_columns(df, columns):
+    """``df`` with only ``columns``, vectors turned into arrays of doubles (a no-op on a
+    DataFrame that already is)."""
     from pyspark.ml.functions import vector_to_array
+    from pyspark.ml.linalg import VectorUDT
     from pyspark.sql import functions as F
 
-    out = []
-    for name in columns:
-        kind = kinds[name][0]
-        out.append(vector_to_array(F.col(name)).alias(name) if kind == "vector" else F.col(name))
-    return df.select(*out)
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    return df.select(*[vector_to_array(F.col(name)).alias(name) if isinstance(fields[name], VectorUDT)
+                       else F.col(name) for name in columns])
 
 
 @contextlib.contextmanager
@@ -149,18 +149,23 @@ def prepare_data(num_processes, store, df, label_columns, feature_columns, valid
     columns = feature_columns + label_columns + ([sample_weight_col] if sample_weight_col else [])
     if len(set(columns)) != len(columns):
         raise ValueError("a column is named twice among features, labels and sample weights: %s" % columns)
-    kinds = _column_kinds(df, columns + ([validation] if isinstance(validation, str) else []))
+    _column_kinds(df, columns + ([validation] if isinstance(validation, str) else []))  # ValueError when bad
     key = (id(df), store.prefix_path, validation, tuple(columns))
 
     def prepare(idx):
         from pyspark.sql import functions as F
 
         val_fraction = validation if isinstance(validation, (int, float)) and validation else 0.0
+        selected = None
         if isinstance(validation, str):
             marked = F.col(validation).cast("boolean")
             train_df, val_df = df.filter(~marked), df.filter(marked)
         elif val_fraction:
-            train_df, val_df = df.randomSplit([1.0 - val_fraction, val_fraction], seed=0)
+            # randomSplit draws per row in each partition's order; the two splits are computed by
+            # two jobs, so the input is persisted: recomputed, a shuffled DataFrame could order its
+            # rows differently and the splits would overlap or miss rows.
+            selected = _to_columns(df, columns).persist()
+            train_df, val_df = selected.randomSplit([1.0 - val_fraction, val_fraction], seed=0)
         else:
             train_df, val_df = df, None
         train_parts = max(int(num_processes * partitions_per_process * (1.0 - val_fraction)), num_processes)
@@ -169,9 +174,13 @@ def prepare_data(num_processes, store, df, label_columns, feature_columns, valid
         train_path, val_path = store.get_train_data_path(idx), store.get_val_data_path(idx)
         store.remove(train_path)
         store.remove(val_path)
-        _to_columns(train_df, columns, kinds).repartition(train_parts).write.parquet(train_path)
-        if val_df is not None:
-            _to_columns(val_df, columns, kinds).repartition(val_parts).write.parquet(val_path)
+        try:
+            _to_columns(train_df, columns).repartition(train_parts).write.parquet(train_path)
+            if val_df is not None:
+                _to_columns(val_df, columns).repartition(val_parts).write.parquet(val_path)
+        finally:
+            if selected is not None:
+                selected.unpersist()
         meta = describe(store, idx)
         if meta["train_rows"] == 0:
             raise ValueError("the training data is empty (validation=%r left no training rows)" % (validation,))
