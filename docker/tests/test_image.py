@@ -175,7 +175,8 @@ def test_elastic_worker_pod_deleted_and_back(testbed, job):
         (launcher.root / "etc/mpi/discover_hosts.sh.new").replace(launcher.root / "etc/mpi/discover_hosts.sh")
 
     argv = ["horovodrun", "--verbose", "-np", "4", "--min-np", "2", "--max-np", "4", "--slots-per-host", "2",
-            "--host-discovery-script", "/etc/mpi/discover_hosts.sh", "python", f"{HOME}/train.py", str(epochs)]
+            "--elastic-timeout", "300", "--host-discovery-script", "/etc/mpi/discover_hosts.sh",
+            "python", f"{HOME}/train.py", str(epochs)]
     elastic = ElasticJob([], timeout=JOB_TIMEOUT_S,
                          command=launcher.command(argv, {**job.launcher_env(), "STEP_SLEEP": "0.15"}))
     launcher.attach(elastic.proc)
@@ -203,6 +204,8 @@ def test_elastic_worker_pod_deleted_and_back(testbed, job):
     assert elastic.sizes() == [4, 2, 4], elastic.sizes()
     check_prefixes(elastic)
     check_finals(elastic, key="params")
+    # The workers wait for their slots as long as the driver does (--elastic-timeout).
+    assert {record["elastic_timeout"] for _, record in elastic.records("FINAL")} == {"300"}
     seen = next(record["seen"] for _, record in elastic.records("FINAL") if record["rank"] == 0)
     for epoch in range(epochs):
         assert sorted(i for e, batch in seen if e == epoch for i in batch) == list(range(96)), epoch

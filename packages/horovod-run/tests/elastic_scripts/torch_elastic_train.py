@@ -4,7 +4,8 @@ Linear regression in float64 on 96 fixed samples, 4 samples per rank and step, S
 loss of the global batch, a commit after every step. Every step is logged as
 ``STEP {json}`` (rank, size, epoch, committed batch count, pid); the committed state also holds
 ``seen``, the sample indices of every committed global batch, so that the test can replay the
-training in one process. At the end each rank prints ``FINAL {json}`` with its parameters.
+training in one process. At the end each rank prints ``FINAL {json}`` with its parameters (and
+the HOROVOD_ELASTIC_TIMEOUT it was given).
 
 argv: epochs; env STEP_SLEEP (seconds per step, default 0.1),
 EXIT_ALL_AT (every rank exits 1 at that step: the "all workers fail" case),
@@ -84,5 +85,6 @@ def train(state):
 
 train(state)
 params = [p.detach().reshape(-1).tolist() for p in model.parameters()]
-log("FINAL", params=params, seen=state.seen if hvd.rank() == 0 else None, steps=state.steps)
+log("FINAL", params=params, seen=state.seen if hvd.rank() == 0 else None, steps=state.steps,
+    elastic_timeout=os.environ.get("HOROVOD_ELASTIC_TIMEOUT"))
 hvd.shutdown()

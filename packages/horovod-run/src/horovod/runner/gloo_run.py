@@ -450,6 +450,8 @@ def gloo_run_elastic(settings, env, command, slurm_steps=None):
             else:
                 nics = driver_service.get_common_interfaces(settings, host_names)
             run_vars = create_run_env_vars(network.get_driver_ip(nics), nics, port, elastic=True)
+        # A worker waits for its slot in a new round as long as the driver waits for slots.
+        run_vars[env_names.ELASTIC_TIMEOUT] = str(settings.elastic_timeout)
         job = _Job(settings, dict(env), run_vars, command, rendezvous.secret)
         job.step_launch = slurm_steps.wrap if slurm_steps is not None else None
         remote_cache = {}
