@@ -49,7 +49,7 @@ AUTODOC = {"function": "autofunction", "class": "autoclass", "instance": "autoda
 # The guides in the order of the navigation; a guide added to docs/ and missing here comes after
 # them, alphabetically, so no page is left out of the site.
 GUIDES = ["running", "elastic", "ray", "spark", "slurm", "lsf", "docker", "kubernetes", "tensorflow", "keras",
-          "mxnet", "lightning", "gpu", "hierarchical", "engine", "timeline", "autotune", "performance"]
+          "mxnet", "lightning", "compression", "gpu", "hierarchical", "engine", "timeline", "autotune", "performance"]
 
 
 def guides(srcdir: pathlib.Path) -> list[str]:
