@@ -430,6 +430,62 @@ def test_reader_errors_reach_the_training_thread(tmp_path):
         BatchReader([], None, ["id"], KINDS, 0)
 
 
+KERAS_RESUME = """
+import pathlib, sys
+import keras, numpy as np, pyarrow as pa, pyarrow.parquet as pq
+from horovod.spark.common import data
+from horovod.spark.common.store import Store
+from horovod.spark.keras import KerasEstimator
+
+base = pathlib.Path(sys.argv[1])
+rng = np.random.default_rng(0)
+x = rng.normal(size=(256, 3))
+y = (x @ [1.0, -2.0, 0.5] > 0).astype(np.int64)
+
+
+def store_at(name):
+    store = Store.create(str(base / name))
+    folder = pathlib.Path(store.get_train_data_path(0)[len("file://"):])
+    folder.mkdir(parents=True)
+    for i in range(4):
+        pq.write_table(pa.table({"x": pa.array(list(x[i::4])), "y": y[i::4]}), str(folder / ("p%d.parquet" % i)))
+    return store
+
+
+def fit(store, epochs):
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    est = KerasEstimator(store=store, model=model, optimizer=keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+                         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), feature_cols=["x"],
+                         label_cols=["y"], batch_size=16, epochs=epochs, random_seed=3, run_id="r", verbose=0)
+    est._check_common()
+    return est._remote_trainer(data.describe(store, 0), "r", 1)()
+
+
+straight = fit(store_at("straight"), 2)
+store = store_at("resumed")
+first, second = fit(store, 1), fit(store, 2)
+print("start epochs", first["start_epoch"], second["start_epoch"])
+print("difference %.3g" % max(float(np.abs(a - b).max()) for a, b in zip(straight["weights"], second["weights"])))
+"""
+
+
+def test_keras_resume_restores_weights_and_optimizer_slots(tmp_path):
+    """The Keras rank function as one rank (a process of its own): 1 epoch, then the same run_id
+    to 2 epochs, ends with the weights of 2 epochs straight (momentum included)."""
+    import subprocess
+
+    (tmp_path / "tmp").mkdir()
+    script = tmp_path / "resume.py"
+    script.write_text(KERAS_RESUME)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "stores")], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, KERAS_BACKEND="tensorflow", TMPDIR=str(tmp_path / "tmp")))
+    assert out.returncode == 0, out.stderr[-3000:]
+    print(out.stdout)
+    assert "start epochs 0 1" in out.stdout
+    assert float(out.stdout.split("difference")[1]) < 1e-6
+
+
 def test_prepare_data_checks_columns(spark, tmp_path):
     store = hvd_store.Store.create(str(tmp_path))
     df = spark.createDataFrame([("a", 1.0)], "s string, y double")

@@ -62,8 +62,8 @@ class KerasEstimator(HorovodEstimator, KerasEstimatorParams):
     averaging callbacks. The ranks' shell environment gets ``backend_env``; ``KERAS_BACKEND``
     must be ``tensorflow`` (the default).
 
-    Checkpoints hold the weights, the epoch and the history (the optimizer's slots start afresh
-    on a resumed run).
+    Checkpoints hold the weights, the optimizer's variables (slots and iteration count; a resumed
+    run keeps its own learning rate), the epoch and the history.
 
     Raises (from ``fit``):
         ValueError: the model is not a ``keras.Model``, no optimizer or loss, a bad param or column.

@@ -5,6 +5,7 @@ return the weights and the history."""
 import pickle
 
 import cloudpickle
+import numpy as np
 
 
 def trainer(spec, settings):
@@ -18,8 +19,11 @@ def trainer(spec, settings):
         import horovod.keras as hvd
         from horovod.spark.keras.estimator import to_arrays
 
-        tf.config.threading.set_intra_op_parallelism_threads(1)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+        try:  # one thread per rank: the ranks share the host's cores
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:
+            pass  # TensorFlow's runtime was started already (by a callback, a transformation)
         hvd.init()
         rank, size = hvd.rank(), hvd.size()
         with keras.utils.custom_object_scope(settings["custom_objects"] or {}):
@@ -37,6 +41,18 @@ def trainer(spec, settings):
                                              compression=settings["compression"] or hvd.Compression.none)
         model.compile(optimizer=optimizer, loss=settings["loss"], loss_weights=settings["loss_weights"],
                       metrics=settings["metrics"] or None)
+        if saved is not None and state.get("optimizer"):
+            # The slots and the iteration count as the checkpoint left them; the learning rate is
+            # this run's (scaled by this run's size).
+            # Matched by position (names carry per-process counters: sgd_2/dense_2_...).
+            optimizer.build(model.trainable_variables)
+            if len(optimizer.variables) != len(state["optimizer"]):
+                raise ValueError("the checkpoint of run %s holds %d optimizer variables, the optimizer has %d: "
+                                 "resume with the optimizer the run started with"
+                                 % (spec.run_id, len(state["optimizer"]), len(optimizer.variables)))
+            for variable, value in zip(optimizer.variables, state["optimizer"], strict=True):
+                if not variable.path.endswith("learning_rate"):
+                    variable.assign(value)
 
         train_reader, val_reader = spec.readers(rank, size)
         steps = spec.steps(size)
@@ -56,13 +72,15 @@ def trainer(spec, settings):
                 for key, value in (logs or {}).items():
                     history.setdefault(key, []).append(float(value))
                 if rank == 0:
+                    slots = [np.asarray(v.numpy()) for v in self.model.optimizer.variables]
                     spec.save_checkpoint(pickle.dumps({"weights": self.model.get_weights(), "history": history,
-                                                       "epoch": epoch}))
+                                                       "epoch": epoch, "optimizer": slots}))
 
         callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback(),
                      *cloudpickle.loads(settings["callbacks"]), Checkpoint()]
         fit_args = dict(x=batches(train_reader, start_epoch), steps_per_epoch=steps, epochs=spec.epochs,
-                        initial_epoch=start_epoch, callbacks=callbacks, verbose=2 if spec.verbose and rank == 0 else 0)
+                        initial_epoch=start_epoch, callbacks=callbacks, verbose=2 if spec.verbose and rank == 0 else 0,
+                        shuffle=False)
         if val_reader is not None and start_epoch < spec.epochs:
             val_batch = spec.val_batch_size or spec.batch_size
             fit_args["validation_data"] = batches(val_reader, start_epoch)
