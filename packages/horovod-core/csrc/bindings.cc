@@ -14,8 +14,8 @@
 #include <memory>
 #include <mutex>
 
-#include "backends/communicator.h"
 #include "backends/nccl/gpu_ops.h"
+#include "backends/registry.h"
 #include "bindings/convert.h"
 #include "engine/config.h"
 #include "engine/engine.h"
@@ -396,7 +396,7 @@ NB_MODULE(_core, m) {
         nb::arg("process_sets") = std::vector<std::vector<int>>(), nb::arg("mpi_comm") = 0,
         nb::arg("mpi_ranks") = std::vector<int>());
   m.def("mpi_threads_supported", [] { return RequireEngineForQuery()->mpi_threads_supported(); });
-  m.def("mpi_finalize", [] { BackendRegistry::FinalizeMpi(); },
+  m.def("mpi_finalize", [] { BackendRegistry::FinalizePlugin("mpi"); },
         "Finalizes MPI if Horovod's MPI backend initialised it (at interpreter exit, after shutdown).");
   m.def("plugin_error", &BackendRegistry::PluginError, nb::arg("name"),
         "Why a backend plugin could not be loaded (\"\" when it was).");

@@ -1,5 +1,5 @@
-// The one interface every transport implements (csrc/backends/<name>/), and the registry through
-// which the engine creates the CPU backends by name. The engine and the collectives
+// The one interface every transport implements (csrc/backends/<name>/); the engine creates the CPU
+// backends by name through the registry (registry.h). The engine and the collectives
 // (csrc/collectives/) never refer to a concrete transport.
 //
 // A communicator serves one set of ranks. It offers the data collectives on raw buffers, each
@@ -18,12 +18,13 @@
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "backends/gloo/gloo_options.h"
+#include "backends/mpi/mpi_options.h"
 #include "engine/common.h"
 #include "engine/store.h"
 
@@ -35,30 +36,15 @@ class UnsupportedError : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
+// How to create a communicator: what every backend reads, and each backend's own options.
 struct BackendOptions {
   int rank = 0;
   int size = 1;
   Store* store = nullptr;      // rendezvous; only used while the communicator is being created
   std::string key_prefix;      // distinguishes communicators and successive inits in the store
-  std::string iface;           // network interface for the data transport ("" = by hostname)
-  std::string hostname;        // address to listen on when no interface is given
   std::chrono::milliseconds timeout{30000};
-  // Gloo only, how a rank waits for a peer's message: polling the socket the whole time
-  // (busy_poll), or polling for up to `spin` and then sleeping until the data arrives.
-  bool busy_poll = false;
-  std::chrono::microseconds spin{0};
-  // Gloo only: whether ranks of one host (same hostname) that may access each other's memory move
-  // the large exchanges of allreduce with process_vm_readv and process_vm_writev instead of TCP.
-  bool cross_memory = false;
-  // Gloo only: whether ranks of one host (same hostname) exchange the messages of allreduce,
-  // broadcast and the control plane through a shared-memory segment per pair instead of TCP.
-  bool local_channel = false;
-  // MPI only: an mpi4py communicator handle to use instead of MPI_COMM_WORLD (0: none), or the
-  // ranks of MPI_COMM_WORLD to restrict Horovod to (empty: all), and whether to initialise MPI
-  // without thread support (HOROVOD_MPI_THREADS_DISABLE).
-  intptr_t mpi_comm = 0;
-  std::vector<int> mpi_ranks;
-  bool mpi_threads_disable = false;
+  GlooOptions gloo;
+  MpiOptions mpi;
 };
 
 // ---- Options of the data collectives. Counts are in elements of `dtype`, byte counts per rank. ----
@@ -263,24 +249,6 @@ class ForwardingCommunicator : public Communicator {
 
  protected:
   std::unique_ptr<Communicator> inner_;
-};
-
-using BackendFactory = std::function<std::unique_ptr<Communicator>(const BackendOptions&)>;
-
-class BackendRegistry {
- public:
-  // Called from a static initialiser in each built backend's source file.
-  static bool Register(const std::string& name, BackendFactory factory);
-  // Built backends: those compiled in, plus "mpi" when its plugin (_mpi_backend.so beside the
-  // core) loads, which needs the MPI library it was built against.
-  static bool Built(const std::string& name);
-  static std::vector<std::string> Names();
-  // Why the MPI plugin could not be loaded ("" when it was).
-  static std::string PluginError(const std::string& name);
-  // Finalizes MPI at exit if the MPI plugin initialised it.
-  static void FinalizeMpi();
-  // Throws EngineError(PRECONDITION_ERROR) naming the backend when it was not built.
-  static std::unique_ptr<Communicator> Create(const std::string& name, const BackendOptions& options);
 };
 
 }  // namespace horovod

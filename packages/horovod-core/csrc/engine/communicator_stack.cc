@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "backends/registry.h"
 #include "backends/shm/shared_memory.h"
 #include "engine/logging.h"
 #include "engine/process_sets.h"
@@ -92,9 +93,9 @@ CommunicatorStack BuildCommunicatorStack(Config& config, Store* store, const std
                                          intptr_t mpi_comm, const std::vector<int>& mpi_ranks) {
   CommunicatorStack stack;
   BackendOptions options = CommunicatorOptions(config, store, key_prefix);
-  options.mpi_comm = mpi_comm;
-  options.mpi_ranks = mpi_ranks;
-  options.mpi_threads_disable = config.mpi_threads_disable;
+  options.mpi.comm = mpi_comm;
+  options.mpi.ranks = mpi_ranks;
+  options.mpi.threads_disable = config.mpi_threads_disable;
   stack.global = BackendRegistry::Create(CpuBackendName(config), options);
   Communicator& global = *stack.global;
   stack.backend_name = global.name();

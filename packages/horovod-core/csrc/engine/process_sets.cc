@@ -21,13 +21,13 @@ BackendOptions CommunicatorOptions(const Config& config, Store* store, const std
   options.size = config.size;
   options.store = store;
   options.key_prefix = key_prefix;
-  options.iface = config.gloo_iface;
-  options.hostname = config.local_size == config.size ? "127.0.0.1" : config.hostname;
+  options.gloo.iface = config.gloo_iface;
+  options.gloo.hostname = config.local_size == config.size ? "127.0.0.1" : config.hostname;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.gloo_timeout_seconds * 1000));
-  options.busy_poll = config.gloo_busy_poll == "1";
-  options.cross_memory = config.shared_memory && config.shared_memory_single_copy;
+  options.gloo.busy_poll = config.gloo_busy_poll == "1";
+  options.gloo.cross_memory = config.shared_memory && config.shared_memory_single_copy;
   // On one host the shared-memory transport carries the hot path above the Gloo backend.
-  options.local_channel = config.shared_memory && config.local_size < config.size;
+  options.gloo.local_channel = config.shared_memory && config.local_size < config.size;
   if (config.gloo_busy_poll == "auto") {
     // A short poll catches a peer that is about to send (most messages of a collective whose ranks
     // arrived together) without the wake-up of a sleeping thread. Only where every rank of the
@@ -35,7 +35,7 @@ BackendOptions CommunicatorOptions(const Config& config, Store* store, const std
     // would take the core of the rank it waits for.
     cpu_set_t cpus;
     const int available = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    if (available >= config.local_size) options.spin = kGlooSpin;
+    if (available >= config.local_size) options.gloo.spin = kGlooSpin;
   }
   return options;
 }

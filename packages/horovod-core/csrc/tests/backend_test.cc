@@ -221,10 +221,10 @@ class GlooSyncMesh : public ::testing::TestWithParam<std::tuple<std::string, int
   static std::unique_ptr<Communicator> MakeMesh(const std::string& waiting, int rank, int n, Store* store,
                                                 const std::string& prefix) {
     BackendOptions options = testing::LoopbackOptions(rank, n, store, prefix);
-    options.busy_poll = waiting == "busy" || waiting == "channel_busy";
-    options.cross_memory = waiting == "cross" || waiting == "channel";
-    options.local_channel = waiting.rfind("channel", 0) == 0;
-    if (waiting == "spin") options.spin = std::chrono::microseconds(50);
+    options.gloo.busy_poll = waiting == "busy" || waiting == "channel_busy";
+    options.gloo.cross_memory = waiting == "cross" || waiting == "channel";
+    options.gloo.local_channel = waiting.rfind("channel", 0) == 0;
+    if (waiting == "spin") options.gloo.spin = std::chrono::microseconds(50);
     return BackendRegistry::Create("gloo", options);
   }
 };
@@ -374,7 +374,7 @@ TEST(GlooSyncMeshChannel, LifecycleAndClosedPeer) {
   std::vector<std::string> errors(n);
   testing::RunRanks(n, [&](int rank) {
     BackendOptions options = testing::LoopbackOptions(rank, n, store.get(), "channel/");
-    options.local_channel = true;
+    options.gloo.local_channel = true;
     std::unique_ptr<Communicator> backend = BackendRegistry::Create("gloo", options);
     std::vector<float> data(5000, static_cast<float>(rank + 1));
     backend->Allreduce({data.data(), static_cast<int64_t>(data.size()), DataType::FLOAT32, ReduceOp::SUM});

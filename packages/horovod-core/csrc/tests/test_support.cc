@@ -40,7 +40,7 @@ BackendOptions LoopbackOptions(int rank, int size, Store* store, const std::stri
   options.size = size;
   options.store = store;
   options.key_prefix = key_prefix;
-  options.hostname = "127.0.0.1";
+  options.gloo.hostname = "127.0.0.1";
   options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(kRankTimeout);
   return options;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/communicator.h"
+#include "backends/registry.h"
 #include "engine/common.h"
 #include "engine/engine.h"
 #include "engine/message.h"

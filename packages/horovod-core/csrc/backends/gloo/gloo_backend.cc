@@ -28,6 +28,7 @@
 #include "backends/gloo/store_adapter.h"
 #include "backends/gloo/sync_mesh.h"
 #include "backends/gloo/tuning.h"
+#include "backends/registry.h"
 
 namespace horovod {
 namespace {
@@ -45,10 +46,10 @@ class GlooBackend : public Communicator {
       : Communicator(options.rank, options.size), timeout_(options.timeout), device_(std::move(device)) {
     if (!device_) {
       gloo::transport::tcp::attr attr;
-      if (!options.iface.empty()) {
-        attr.iface = options.iface;
+      if (!options.gloo.iface.empty()) {
+        attr.iface = options.gloo.iface;
       } else {
-        attr.hostname = options.hostname;
+        attr.hostname = options.gloo.hostname;
       }
       device_ = gloo::transport::tcp::CreateDevice(attr);
     }
@@ -58,8 +59,8 @@ class GlooBackend : public Communicator {
       StoreAdapter store(*options.store, options.key_prefix);
       context->connectFullMesh(store, device_);
       sync_ = std::make_unique<SyncMesh>(rank_, size_, timeout_, *options.store, options.key_prefix + "sync/", device_,
-                                         options.busy_poll, options.spin, options.cross_memory,
-                                         options.local_channel);
+                                         options.gloo.busy_poll, options.gloo.spin, options.gloo.cross_memory,
+                                         options.gloo.local_channel);
     } else {
       horovod::MemoryStore memory;
       StoreAdapter store(memory, options.key_prefix);
@@ -155,7 +156,7 @@ class GlooBackend : public Communicator {
     BackendOptions child = options;
     child.rank = static_cast<int>(it - ranks.begin());
     child.size = static_cast<int>(ranks.size());
-    child.local_channel = false;  // the global mesh's channels only (shm_channel.h)
+    child.gloo.local_channel = false;  // the global mesh's channels only (shm_channel.h)
     return std::make_unique<GlooBackend>(child, device_);
   }
 

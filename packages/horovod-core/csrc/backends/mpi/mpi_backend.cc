@@ -281,9 +281,9 @@ class MpiBackend : public Communicator {
 // The plugin's C entry points, looked up by the engine with dlsym.
 extern "C" {
 
-// Initialises MPI if nobody has (MPI_THREAD_MULTIPLE unless options->mpi_threads_disable), and
-// creates the backend over a duplicate of the communicator: `options->mpi_comm` when non-zero (an
-// mpi4py handle), the group of `options->mpi_ranks` of MPI_COMM_WORLD when given, else
+// Initialises MPI if nobody has (MPI_THREAD_MULTIPLE unless options->mpi.threads_disable), and
+// creates the backend over a duplicate of the communicator: `options->mpi.comm` when non-zero (an
+// mpi4py handle), the group of `options->mpi.ranks` of MPI_COMM_WORLD when given, else
 // MPI_COMM_WORLD. Returns nullptr and sets *error on failure.
 __attribute__((visibility("default"))) horovod::Communicator* horovod_mpi_create_backend(
     const horovod::BackendOptions* options, std::string* error) {
@@ -292,7 +292,7 @@ __attribute__((visibility("default"))) horovod::Communicator* horovod_mpi_create
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
-      int required = options->mpi_threads_disable ? MPI_THREAD_SINGLE : MPI_THREAD_MULTIPLE;
+      int required = options->mpi.threads_disable ? MPI_THREAD_SINGLE : MPI_THREAD_MULTIPLE;
       Check(MPI_Init_thread(nullptr, nullptr, required, &g_thread_level), "MPI_Init_thread");
       g_initialized_here = true;
     } else {
@@ -305,12 +305,12 @@ __attribute__((visibility("default"))) horovod::Communicator* horovod_mpi_create
       half_ops_created = true;
     }
     MPI_Comm parent = MPI_COMM_WORLD;
-    if (options->mpi_comm != 0) parent = HandleFromInteger<MPI_Comm>(options->mpi_comm);
+    if (options->mpi.comm != 0) parent = HandleFromInteger<MPI_Comm>(options->mpi.comm);
     MPI_Comm comm;
-    if (!options->mpi_ranks.empty()) {
+    if (!options->mpi.ranks.empty()) {
       MPI_Group world, group;
       MPI_Comm_group(MPI_COMM_WORLD, &world);
-      Check(MPI_Group_incl(world, static_cast<int>(options->mpi_ranks.size()), options->mpi_ranks.data(), &group),
+      Check(MPI_Group_incl(world, static_cast<int>(options->mpi.ranks.size()), options->mpi.ranks.data(), &group),
             "MPI_Group_incl");
       Check(MPI_Comm_create_group(MPI_COMM_WORLD, group, 0x68, &comm), "MPI_Comm_create_group");
       MPI_Group_free(&group);

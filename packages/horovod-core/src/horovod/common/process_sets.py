@@ -79,6 +79,24 @@ global_process_set.process_set_id = 0
 _basics = None
 
 
+def check_adasum_process_set(process_set, what='Adasum'):
+    """The Adasum process-set rule, for the framework packages: Adasum combines the ranks by
+    recursive halving over the global process set (core.md §6.10), so it runs on that set only.
+    The core enforces the same rule when an Adasum allreduce is enqueued
+    (csrc/collectives/allreduce.cc); this answers earlier, where nothing is enqueued yet (an
+    optimizer's constructor), with upstream's exception type.
+
+    Args:
+        process_set: a :class:`ProcessSet`.
+        what: the operation or class named in the error.
+
+    Raises:
+        NotImplementedError: ``process_set`` is not the global process set.
+    """
+    if process_set is not global_process_set and process_set.process_set_id != global_process_set.process_set_id:
+        raise NotImplementedError(f'{what} with op=Adasum supports only the global process set, not {process_set}.')
+
+
 def _temp_process_set_object(process_set_id):
     """A bare ProcessSet carrying only an id."""
     ps = ProcessSet([])

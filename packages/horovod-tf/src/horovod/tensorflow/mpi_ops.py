@@ -41,6 +41,7 @@ from horovod.common.api import (  # noqa: F401 (used here, or exported by horovo
 from horovod.common.process_sets import (  # noqa: F401 (_temp_process_set_object: as upstream's mpi_ops)
     _registered_id as _registered_process_set_id,
     _temp_process_set_object,
+    check_adasum_process_set,
 )
 from horovod.tensorflow import _engine
 from horovod.tensorflow.util import _no_autograph
@@ -134,9 +135,7 @@ def check_num_rank_power_of_2(num_rank):
 
 def _check_reduce_op(op, process_set, op_name):
     if op == Adasum:
-        # Adasum pairs ranks by recursive halving over the global set (core.md §6.10).
-        if process_set.process_set_id != global_process_set.process_set_id:
-            raise NotImplementedError(f'{op_name} with op=Adasum supports only the global process set.')
+        check_adasum_process_set(process_set, op_name)
         if not check_num_rank_power_of_2(size()):
             raise NotImplementedError(f'{op_name} with op=Adasum needs a power-of-2 number of ranks; '
                                       f'non-power-of-2 ranks ({size()}) are unsupported.')

@@ -21,7 +21,7 @@ from horovod.common.api import (  # noqa: F401 (used here, or only in mpi_ops: i
     Adasum, Average, Max, Min, cuda_built, ProcessSet, Product, Sum, basics as _basics, global_process_set,
     handle_average_backwards_compatibility, is_homogeneous, rank, size,
 )
-from horovod.common.process_sets import _registered_id as _process_set_id
+from horovod.common.process_sets import _registered_id as _process_set_id, check_adasum_process_set
 from horovod.torch.compression import Compression
 
 import torch
@@ -128,10 +128,7 @@ def _check_tensor_list(tensors, allowed_dtypes, op_name):
 
 def _check_reduce_op(op, process_set):
     if op == Adasum:
-        # Adasum pairs ranks by recursive halving over the global set (core.md §6.10).
-        if process_set.process_set_id != global_process_set.process_set_id:
-            raise NotImplementedError('Adasum does not support process sets other than the '
-                                      'global process set.')
+        check_adasum_process_set(process_set, 'allreduce')
         n = size()
         if n & (n - 1):
             raise NotImplementedError(f'Adasum on CPU tensors needs a power-of-2 number of '

@@ -14,6 +14,7 @@ import contextlib
 import os
 import warnings
 
+from horovod.common.process_sets import check_adasum_process_set
 from horovod.common.util import split_list
 from horovod.torch import mpi_ops
 from horovod.torch.compression import Compression
@@ -544,9 +545,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     # size() first: it raises a clear ValueError when Horovod is not initialised.
     if op == Adasum and size() > 1:
-        if process_set is not global_process_set and process_set.process_set_id != 0:
-            raise NotImplementedError('The Adasum optimizer does not support process sets '
-                                      'other than the global one.')
+        check_adasum_process_set(process_set, 'DistributedOptimizer')
         cls = type(optimizer.__class__.__name__,
                    (_DistributedAdasumOptimizer, optimizer.__class__), {'__module__': __name__})
         return cls(optimizer.param_groups, named_parameters, compression,
