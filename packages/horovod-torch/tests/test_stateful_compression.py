@@ -136,6 +136,71 @@ def test_topk_sums_every_ranks_largest_entries():
         np.testing.assert_array_equal(got.reshape(-1), expected)
 
 
+def optimizer_worker(kind, steps=100, passes=1, checkpoint_at=None):
+    """hvd.DistributedOptimizer(SGD) on Linear(6, 8): one sample per rank and backward pass, so
+    the weight's averaged gradient has rank <= 2 * passes and the bias is a vector (sent
+    uncompressed). ``kind``: none, or powersgd (r = 2 * passes + 1). With ``checkpoint_at``, the
+    optimizer's state_dict (the compressor's state in it) is loaded into a new optimizer there."""
+    import horovod.torch as hvd
+    hvd.init()
+    torch.manual_seed(0)
+    target = torch.nn.Linear(6, 8).double()
+    first = torch.nn.Linear(6, 8).double()
+
+    def make(state=None):
+        """A model and its optimizer, as a new process would make them from a checkpoint."""
+        model = torch.nn.Linear(6, 8).double()
+        model.load_state_dict(first.state_dict() if state is None else state[0])
+        compression = (hvd.PowerSGD(rank=2 * passes + 1, start_iter=5, min_compression_rate=1.0)
+                       if kind == "powersgd" else hvd.Compression.none)
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5),
+                                             named_parameters=model.named_parameters(), compression=compression,
+                                             backward_passes_per_step=passes)
+        if state is not None:
+            optimizer.load_state_dict(state[1])
+        return model, optimizer
+
+    model, optimizer = make()
+    generator = torch.Generator().manual_seed(1)
+    saved_keys = None
+    for step in range(steps):
+        optimizer.zero_grad()
+        for _ in range(passes):
+            xs = torch.randn(hvd.size(), 6, generator=generator, dtype=torch.float64)
+            x = xs[hvd.rank()]
+            ((model(x) - target(x).detach()) ** 2).sum().backward()
+        optimizer.step()
+        if checkpoint_at == step + 1:
+            state = (model.state_dict(), optimizer.state_dict())
+            saved_keys = sorted(state[1].get("horovod_compression", {}))
+            model, optimizer = make(state)
+    return [p.detach().numpy().copy() for p in model.parameters()], saved_keys
+
+
+def elastic_sync_worker():
+    """TorchState.sync() after rank 1's compressor lost its state: every rank ends with rank 0's
+    factors and step, and no residuals."""
+    import horovod.torch as hvd
+    hvd.init()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 8).double()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                         named_parameters=model.named_parameters(),
+                                         compression=hvd.PowerSGD(rank=2, start_iter=0, min_compression_rate=1.0))
+    generator = torch.Generator().manual_seed(hvd.rank())
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(torch.randn(6, generator=generator, dtype=torch.float64)).sum().backward()
+        optimizer.step()
+    compressor = optimizer._compression
+    had_residuals = bool(compressor.residuals)
+    if hvd.rank() == 1:
+        compressor.load_state_dict({"step": 0})
+    state = hvd.elastic.TorchState(model=model, optimizer=optimizer)
+    state.sync()
+    return had_residuals, compressor.step, {k: v.numpy() for k, v in compressor.q.items()}, dict(compressor.residuals)
+
+
 # One job of 2 ranks runs every body; each test checks its part.
 job = job_fixture({
     "lowrank.float64": lambda: lowrank_worker("float64"),
@@ -146,7 +211,44 @@ job = job_fixture({
     "topk.100": lambda: training_worker("topk", 100),
     "topk.100.resumed": lambda: training_worker("topk", 100, 30),
     "topk-no-feedback.100": lambda: training_worker("topk-no-feedback", 100),
+    "optimizer.none": lambda: optimizer_worker("none"),
+    "optimizer.powersgd": lambda: optimizer_worker("powersgd"),
+    "optimizer.powersgd.resumed": lambda: optimizer_worker("powersgd", checkpoint_at=40),
+    "optimizer.none.passes2": lambda: optimizer_worker("none", steps=50, passes=2),
+    "optimizer.powersgd.passes2": lambda: optimizer_worker("powersgd", steps=50, passes=2),
+    "elastic.sync": elastic_sync_worker,
 }, sizes=(2,))
+
+
+@pytest.mark.parametrize("variant", ["", ".passes2"])
+def test_distributed_optimizer_with_powersgd(job, variant):
+    """hvd.DistributedOptimizer(compression=hvd.PowerSGD(...)) against the uncompressed one, with
+    one and two backward passes per step: equal to 1e-5, and identical on both ranks."""
+    plain = job(f"optimizer.none{variant}")[1]
+    compressed = job(f"optimizer.powersgd{variant}")[1]
+    for (params, _), (params_plain, _) in zip(compressed, plain, strict=True):
+        for got, want in zip(params, params_plain, strict=True):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    for got, first in zip(compressed[1][0], compressed[0][0], strict=True):
+        np.testing.assert_array_equal(got, first)
+
+
+def test_optimizer_checkpoint_carries_the_compressor_state(job):
+    straight = job("optimizer.powersgd")[1]
+    resumed = job("optimizer.powersgd.resumed")[1]
+    for (params, _), (params_resumed, keys) in zip(straight, resumed, strict=True):
+        assert keys == ["q", "residuals", "step"], keys
+        for got, want in zip(params_resumed, params, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_elastic_sync_shares_factors_and_zeroes_residuals(job):
+    results = job("elastic.sync")[1]
+    (had0, step0, q0, res0), (had1, step1, q1, res1) = results
+    assert had0 and had1
+    assert step0 == step1 == 3 and res0 == {} and res1 == {}
+    assert sorted(q0) == sorted(q1) == ["weight"]
+    np.testing.assert_array_equal(q0["weight"], q1["weight"])
 
 
 def test_arguments_are_checked():

@@ -18,6 +18,7 @@ from horovod.common import api as _api  # noqa: E402
 from horovod.common.api import *  # noqa: E402,F403 (hvd.size, hvd.Average, hvd.ProcessSet, ...)
 from horovod.torch import mpi_ops  # noqa: E402
 from horovod.torch.compression import Compression
+from horovod.torch.stateful_compression import PowerSGD, TopK
 from horovod.torch.functions import (
     allgather_object,
     broadcast_object,
@@ -102,6 +103,8 @@ __all__ = [
     'DistributedOptimizer',
     'SyncBatchNorm',
     'ZeroRedundancyOptimizer',
+    'PowerSGD',
+    'TopK',
 ]
 __all__ += _api.__all__
 

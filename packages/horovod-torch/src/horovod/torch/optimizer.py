@@ -22,6 +22,7 @@ from horovod.torch.functions import broadcast_object
 from horovod.torch.mpi_ops import (
     Adasum,
     Average,
+    Sum,
     allreduce_async_,
     global_process_set,
     grouped_allreduce_async_,
@@ -38,6 +39,10 @@ _TOO_MANY_PASSES = ('Gradients were computed more than backward_passes_per_step 
 _ZERO_GRAD_PENDING = ('optimizer.zero_grad() was called after loss.backward() but before '
                       'optimizer.step() or optimizer.synchronize(); this races with the '
                       'gradient allreduce and is not allowed.')
+
+
+# The handle of a gradient left for the stateful compressor's reduce in synchronize().
+_DEFERRED = object()
 
 
 def _hook_grad_accumulator(p, hook):
@@ -98,6 +103,9 @@ class _DistributedOptimizer:
         super().__init__(params)
         self.defaults = defaults
         self._compression = compression
+        # A compressor with state (horovod.torch.stateful_compression) combines all the
+        # gradients of a step at once, in synchronize(), instead of one allreduce per hook.
+        self._stateful = getattr(compression, 'stateful', False)
         self._sparse_as_dense = sparse_as_dense
         self.backward_passes_per_step = backward_passes_per_step
         self.op = op
@@ -197,7 +205,12 @@ class _DistributedOptimizer:
                 p.grad = p.grad.to_dense()
             elif not p.grad.is_contiguous():
                 p.grad = p.grad.contiguous()
+            if self._stateful:
+                self._handles[p] = (_DEFERRED, None)
+                continue
             compressed.append(self._compression.compress(p.grad))
+        if self._stateful:
+            return
         tensors = [t for t, _ in compressed]
         name = self._parameter_names[unit[0]]
         if unit[0] in self._group_of:
@@ -235,7 +248,9 @@ class _DistributedOptimizer:
                 for p in group['params']:
                     if p in self._requires_update and self._handles.get(p, (None,))[0] is None:
                         self._submit(self._group_of.get(p, (p,)))
-            waited = set()
+            if self._stateful:
+                self._reduce_deferred()
+            waited = {_DEFERRED}
             for p, (handle, _) in list(self._handles.items()):
                 if handle in waited:
                     continue
@@ -262,6 +277,28 @@ class _DistributedOptimizer:
             self._handles.clear()
             self._densified.clear()
         self._synchronized = True
+
+    def _reduce_deferred(self):
+        """The stateful compressor's reduce of every deferred gradient, in name order (the same
+        on every rank, whatever order the hooks fired in)."""
+        deferred = sorted((p for p, (handle, _) in self._handles.items() if handle is _DEFERRED),
+                          key=lambda p: self._parameter_names[p])
+        if not deferred:
+            return
+        reduced = self._compression.reduce([(self._parameter_names[p], p.grad) for p in deferred],
+                                           op=self.op, process_set=self.process_set)
+        for p, result in zip(deferred, reduced, strict=True):
+            p.grad.copy_(result)
+            if p in self._densified:
+                p.grad = p.grad.to_sparse(self._densified[p])
+
+    def state_dict(self):
+        """The wrapped optimizer's state dict; with a stateful compressor, its state too under
+        ``'horovod_compression'`` (this rank's residuals, the factors, the step)."""
+        state = super().state_dict()
+        if self._stateful:
+            state['horovod_compression'] = self._compression.state_dict()
+        return state
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -314,13 +351,20 @@ class _DistributedOptimizer:
         self.backward_passes_per_step = passes
         self._reset_delays(passes)
 
-    def load_state_dict(self, *args, **kwargs):
-        """Forgets pending allreduces, then loads the state as the wrapped optimizer does."""
+    def load_state_dict(self, state_dict):
+        """Forgets pending allreduces, then loads the state as the wrapped optimizer does; the
+        stateful compressor's part (``'horovod_compression'``), when present, goes to the
+        compressor."""
         self._handles.clear()
         self._synchronized = False
         self._should_synchronize = True
         self._reset_delays(self.backward_passes_per_step)
-        return super().load_state_dict(*args, **kwargs)
+        if 'horovod_compression' in state_dict:
+            state_dict = dict(state_dict)
+            compression_state = state_dict.pop('horovod_compression')
+            if self._stateful:
+                self._compression.load_state_dict(compression_state)
+        return super().load_state_dict(state_dict)
 
     def _reset_delays(self, passes):
         for p in self._allreduce_delay:
@@ -349,6 +393,9 @@ class _DistributedAdasumOptimizer(_DistributedOptimizer):
         super(_DistributedOptimizer, self).__init__(params)
         self.defaults = defaults
         self._compression = compression
+        # A compressor with state (horovod.torch.stateful_compression) combines all the
+        # gradients of a step at once, in synchronize(), instead of one allreduce per hook.
+        self._stateful = getattr(compression, 'stateful', False)
         self.backward_passes_per_step = backward_passes_per_step
         self.op = Adasum
         self.process_set = process_set
@@ -496,8 +543,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         named_parameters: ``(name, parameter)`` tuples naming every parameter of
             ``optimizer``, e.g. ``model.named_parameters()``; the names label the allreduces
             and must be the same on every rank. Default: positional names.
-        compression: ``Compression.none`` (default) or ``Compression.fp16`` for the
-            allreduced gradients.
+        compression: ``Compression.none`` (default), ``Compression.fp16`` or
+            ``Compression.bf16`` (casts for the allreduce), or a compressor with state,
+            ``hvd.PowerSGD(...)`` or ``hvd.TopK(...)``, which combines all the gradients of a
+            step at once in ``synchronize()`` (``op`` Average or Sum; no
+            ``gradient_predivide_factor``) and whose state is part of ``state_dict()``.
         backward_passes_per_step: number of backward passes accumulated locally before the
             gradients are allreduced (positive int, default 1).
         op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``; or ``Adasum``:
@@ -523,7 +573,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         The distributed optimizer.
 
     Raises:
-        ValueError: ``gradient_predivide_factor != 1.0`` with an op other than ``Average``;
+        ValueError: ``gradient_predivide_factor != 1.0`` with an op other than ``Average``; a
+            stateful compressor with an op other than Average or Sum, or with a predivide factor;
             ``backward_passes_per_step`` not a positive int; bad ``groups`` (not a positive int
             or a list of lists of tensors, or a tensor listed twice); ``named_parameters``
             entries that are not tuples, duplicate names, or parameters left unnamed; Horovod
@@ -534,6 +585,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError('gradient_predivide_factor is only supported with op=Average, got '
                          f'op={op!r} and gradient_predivide_factor={gradient_predivide_factor}.')
+    if getattr(compression, 'stateful', False) and (op not in (Average, Sum) or gradient_predivide_factor != 1.0):
+        raise ValueError(f'a stateful compressor ({type(compression).__name__}) combines gradients with '
+                         f'op=Average or Sum and no gradient_predivide_factor, got op={op!r} and '
+                         f'gradient_predivide_factor={gradient_predivide_factor}.')
     if num_groups != 0:
         warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be '
                       'removed.', DeprecationWarning, stacklevel=2)

@@ -55,7 +55,7 @@ class StatefulCompressor:
         raise NotImplementedError
 
     def load_state_dict(self, state):
-        """Restores what :meth:`state_dict` returned."""
+        """Restores ``state``, what :meth:`state_dict` returned."""
         raise NotImplementedError
 
     def reset_residuals(self):
@@ -165,6 +165,21 @@ class PowerSGD(_ErrorFeedback):
         return torch.randn(m, self.rank, generator=generator, dtype=torch.float64).to(dtype)
 
     def reduce(self, named_grads, op=mpi_ops.Average, process_set=mpi_ops.global_process_set):
+        """Combines ``named_grads`` over ``process_set`` as described above (see
+        :meth:`StatefulCompressor.reduce`).
+
+        Args:
+            named_grads: list of ``(name, gradient)``, the same names, shapes and dtypes in the
+                same order on every rank; floating-point gradients of any shape.
+            op: ``hvd.Average`` (default) or ``hvd.Sum``.
+            process_set: the ranks that take part (default: all).
+
+        Returns:
+            The combined gradients (new tensors), in the order of ``named_grads``.
+
+        Raises:
+            ValueError: ``op`` is neither Average nor Sum, or a gradient is not floating point.
+        """
         _check(named_grads, op)
         self.step += 1
         results = [None] * len(named_grads)
@@ -213,9 +228,13 @@ class PowerSGD(_ErrorFeedback):
         return results
 
     def state_dict(self):
+        """``{"step": int, "residuals": {name: tensor}, "q": {name: tensor}}``: copies of the
+        step count, this rank's residuals and the factors ``Q`` (``m x r``)."""
         return {**self._state(), "q": {k: v.clone() for k, v in self.q.items()}}
 
     def load_state_dict(self, state):
+        """Restores ``state``, a dict from :meth:`state_dict` (missing residuals or factors
+        start empty)."""
         self._load(state)
         self.q = {k: v.clone() for k, v in state.get("q", {}).items()}
 
@@ -245,6 +264,21 @@ class TopK(_ErrorFeedback):
         self.ratio = ratio
 
     def reduce(self, named_grads, op=mpi_ops.Average, process_set=mpi_ops.global_process_set):
+        """Combines ``named_grads`` over ``process_set`` as described above (see
+        :meth:`StatefulCompressor.reduce`).
+
+        Args:
+            named_grads: list of ``(name, gradient)``, the same names, shapes and dtypes in the
+                same order on every rank; floating-point gradients of any shape.
+            op: ``hvd.Average`` (default) or ``hvd.Sum``.
+            process_set: the ranks that take part (default: all).
+
+        Returns:
+            The combined gradients (new tensors), in the order of ``named_grads``.
+
+        Raises:
+            ValueError: ``op`` is neither Average nor Sum, or a gradient is not floating point.
+        """
         _check(named_grads, op)
         self.step += 1
         indices, values, flats = [], [], []
@@ -272,7 +306,10 @@ class TopK(_ErrorFeedback):
         return results
 
     def state_dict(self):
+        """``{"step": int, "residuals": {name: tensor}}``: copies of the step count and this
+        rank's residuals."""
         return self._state()
 
     def load_state_dict(self, state):
+        """Restores ``state``, a dict from :meth:`state_dict` (missing residuals start empty)."""
         self._load(state)

@@ -75,6 +75,10 @@ class OptimizerStateHandler(StateHandler):
     again, resharded for the new number of ranks, and ``sync`` hands rank 0's snapshot to ranks
     that joined: its state returns to the last commit at every reset.
 
+    A DistributedOptimizer's stateful compressor (PowerSGD, TopK) is saved and restored with the
+    optimizer's state; ``sync`` gives every rank rank 0's factors and step and zeroes every
+    rank's residuals.
+
     Raises:
         ValueError: a ZeroRedundancyOptimizer on a process set other than the global one (process
             sets do not survive a reset).
@@ -111,6 +115,14 @@ class OptimizerStateHandler(StateHandler):
             self.value.load_state_dict(copy.deepcopy(self._saved_optimizer_state))
         else:
             broadcast_optimizer_state(self.value, root_rank=0)
+        compression = getattr(self.value, '_compression', None)
+        if getattr(compression, 'stateful', False):
+            # A stateful compressor's factors and step are shared: every rank takes rank 0's.
+            # Its residuals are each rank's own, and those of ranks that left are lost: they
+            # start again from zero on every rank.
+            compression.load_state_dict(broadcast_object(compression.state_dict() if rank() == 0 else None,
+                                                         root_rank=0))
+            compression.reset_residuals()
 
     def reset(self):
         # The number of ranks may have changed without a sync (hosts only removed): reshard.
