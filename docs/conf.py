@@ -45,12 +45,14 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
-# MXNet (1.9.1 needs numpy < 1.24, which TensorFlow does not accept), Ray and PySpark are not
-# installed in the docs' virtualenv: autodoc imports horovod.mxnet, horovod.ray and horovod.spark
-# over mocks of them. This is the documentation build only: the tests of those packages use the
+# MXNet (1.9.1 needs numpy < 1.24, which TensorFlow does not accept), Ray, PySpark and PyArrow
+# (horovod-run[spark]) are not installed in the docs' virtualenv: autodoc imports horovod.mxnet,
+# horovod.ray, horovod.spark and the Spark Estimators over mocks of them (so the Estimators'
+# signatures show as ``(*args, **kwargs)``: pyspark's ``keyword_only`` is a mock; their docstrings
+# list the arguments). This is the documentation build only: the tests of those packages use the
 # real frameworks (nox -s tests-mxnet, tests-ray, tests-spark), and the docstring check
 # (docs/tests/test_api_docstrings.py) reads the sources without importing them.
-autodoc_mock_imports = ["mxnet", "ray", "pyspark"]
+autodoc_mock_imports = ["mxnet", "ray", "pyspark", "pyarrow"]
 
 # Docstrings whose reStructuredText does not parse, in files this change could not edit: their
 # docutils warnings are dropped (and listed in the build's log); any other docstring's fail the

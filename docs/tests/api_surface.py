@@ -51,6 +51,11 @@ PUBLIC_MODULES = [
     "horovod.runner",
     "horovod.ray",
     "horovod.spark",
+    "horovod.spark.common.store",
+    "horovod.spark.common.backend",
+    "horovod.spark.torch",
+    "horovod.spark.keras",
+    "horovod.spark.lightning",
 ]
 
 # Aliases of an object chosen at run time (``init = _framework.init`` in horovod.keras, where

@@ -10,11 +10,28 @@ class Backend:
 
     def run(self, fn, args=(), kwargs=None, env=None):
         """Run ``fn(*args, **kwargs)`` on every rank with ``env`` (a dict) added to the ranks'
-        environment; return the results in rank order."""
+        environment; return the results in rank order.
+
+        Args:
+            fn: a picklable function (cloudpickle), the same on every rank.
+            args: its positional arguments (a tuple).
+            kwargs: its keyword arguments (a dict; None for none).
+            env: variables added to the ranks' environment (a dict of str -> str; None for none).
+
+        Returns:
+            A list of ``fn``'s return values, one per rank, in rank order.
+
+        Raises:
+            NotImplementedError: always, here; a subclass implements it.
+        """
         raise NotImplementedError()
 
     def num_processes(self):
-        """The number of ranks (int)."""
+        """The number of ranks :meth:`run` starts (int).
+
+        Raises:
+            NotImplementedError: always, here; a subclass implements it.
+        """
         raise NotImplementedError()
 
 
@@ -27,6 +44,9 @@ class SparkBackend(Backend):
             environment without ``CUDA_VISIBLE_DEVICES``.
         **kwargs: further arguments of :func:`horovod.spark.run` (``start_timeout``, ``stdout``,
             ``stderr``, ``verbose``, ``nics``, ``use_mpi``, ...).
+
+    Raises:
+        ValueError: ``num_proc`` is not None and not an int >= 1 (a bool counts as not an int).
     """
 
     def __init__(self, num_proc=None, env=None, **kwargs):
@@ -37,6 +57,26 @@ class SparkBackend(Backend):
         self._kwargs = kwargs
 
     def run(self, fn, args=(), kwargs=None, env=None):
+        """Run ``fn(*args, **kwargs)`` as :meth:`num_processes` ranks with
+        :func:`horovod.spark.run` and this backend's further arguments.
+
+        Args:
+            fn: a picklable function (cloudpickle), run on every rank.
+            args: its positional arguments (a tuple).
+            kwargs: its keyword arguments (a dict; None for none).
+            env: variables added, over the backend's ``env``, to the ranks' environment (a dict;
+                None for none). ``CUDA_VISIBLE_DEVICES`` of the backend's environment is dropped;
+                :func:`horovod.spark.run` filters the rest as it does for every job.
+
+        Returns:
+            A list of ``fn``'s return values, one per rank, in rank order.
+
+        Raises:
+            Exception: no active SparkContext, or the Spark job failed (from
+                :func:`horovod.spark.run`, as are the next ones).
+            TimeoutException: not all tasks started within the ``start_timeout`` given.
+            RuntimeError: a rank failed (named, with its traceback).
+        """
         from horovod.spark.runner import run
 
         full_env = dict(self._env if self._env is not None else os.environ)
@@ -45,6 +85,12 @@ class SparkBackend(Backend):
         return run(fn, args=args, kwargs=kwargs or {}, num_proc=self.num_processes(), env=full_env, **self._kwargs)
 
     def num_processes(self):
+        """The number of ranks (int): ``num_proc``, or, when it was None, the active
+        SparkContext's ``defaultParallelism`` read on the first call and kept.
+
+        Raises:
+            Exception: ``num_proc`` was None and there is no active SparkContext.
+        """
         if self._num_proc is None:
             from horovod.spark.runner import active_context
             self._num_proc = active_context().defaultParallelism

@@ -84,15 +84,21 @@ class FilesystemStore(Store):
         return self._train_path if idx is None else "%s.%d" % (self._train_path, idx)
 
     def get_val_data_path(self, idx=None):
+        """The validation Parquet folder of dataset ``idx`` (int; None: the unsuffixed one)."""
         return self._val_path if idx is None else "%s.%d" % (self._val_path, idx)
 
     def get_test_data_path(self, idx=None):
+        """The test Parquet folder of dataset ``idx`` (int; None: the unsuffixed one); the
+        Estimators write none, the path is kept for upstream's scripts."""
         return self._test_path if idx is None else "%s.%d" % (self._test_path, idx)
 
     def get_runs_path(self):
+        """The folder that holds one folder per run (a URL, str)."""
         return self._runs_path
 
     def get_run_path(self, run_id):
+        """The folder of run ``run_id`` (str): ``<runs path>/<run_id>``, whether or not the store
+        keeps runs."""
         return _join(self._runs_path, run_id)
 
     def get_checkpoint_path(self, run_id):
@@ -100,12 +106,16 @@ class FilesystemStore(Store):
         return _join(self.get_run_path(run_id), self._checkpoint_filename) if self._save_runs else None
 
     def get_logs_path(self, run_id):
+        """The logs folder of ``run_id`` (str), ``<run path>/logs``; None when the store does not
+        keep runs."""
         return _join(self.get_run_path(run_id), "logs") if self._save_runs else None
 
     def get_checkpoint_filename(self):
+        """The checkpoint's file name in a run's folder (str; ``checkpoint`` by default)."""
         return self._checkpoint_filename
 
     def saving_runs(self):
+        """Whether the store keeps checkpoints and logs (the ``save_runs`` it was made with)."""
         return self._save_runs
 
     # File access through fsspec.
@@ -131,6 +141,7 @@ class FilesystemStore(Store):
         return urllib.parse.urlparse(url).path if url.startswith("file://") else url
 
     def exists(self, url):
+        """Whether the file or folder ``url`` (str, a URL of this store's file system) exists."""
         return self.get_filesystem().exists(url)
 
     def read(self, url):
@@ -150,6 +161,8 @@ class FilesystemStore(Store):
         fs.mv(tmp, url)
 
     def remove(self, url):
+        """Delete the file or folder ``url`` (str), a folder with everything under it; a no-op
+        when it does not exist."""
         fs = self.get_filesystem()
         if fs.exists(url):
             fs.rm(url, recursive=True)
@@ -178,6 +191,11 @@ class HDFSStore(FilesystemStore):
             ``'default'`` and ``0`` (the client's configuration decides).
         user, kerb_ticket, extra_conf: passed to ``HadoopFileSystem``.
         driver: accepted for upstream's scripts; only ``'libhdfs'`` exists.
+        *args: further positional arguments of :class:`FilesystemStore`, after ``extra_conf``
+            (``train_path``, ``val_path``, ``test_path``, ...).
+        **kwargs: further keyword arguments of :class:`FilesystemStore` (``train_path``,
+            ``val_path``, ``test_path``, ``runs_path``, ``save_runs``, ``storage_options``,
+            ``checkpoint_filename``).
 
     Raises:
         ValueError: a prefix with another scheme, or ``driver`` other than ``'libhdfs'``.
@@ -197,12 +215,21 @@ class HDFSStore(FilesystemStore):
 
     @staticmethod
     def matches(prefix_path):
+        """Whether ``prefix_path`` (str) is an ``hdfs://`` URL, the prefixes
+        :meth:`Store.create` gives to this class."""
         return prefix_path.startswith(_HDFS_URL_PREFIX)
 
     @staticmethod
     def parse_url(url):
-        """``(host or None, port or None, path)`` of an ``hdfs://`` URL or a bare absolute path;
-        ``ValueError`` for another scheme."""
+        """The parts of ``url`` (str): an ``hdfs://[host[:port]]/path`` URL or a bare path.
+
+        Returns:
+            ``(host, port, path)``: the host (str) or None when the URL names none, the port
+            (int) or None, and the path (str).
+
+        Raises:
+            ValueError: ``url`` has a scheme other than ``hdfs``.
+        """
         parsed = urllib.parse.urlparse(url)
         if parsed.scheme not in ("", "hdfs"):
             raise ValueError("HDFSStore takes an hdfs:// URL or an absolute path, got %r" % (url,))
@@ -223,11 +250,17 @@ class HDFSStore(FilesystemStore):
         return connect
 
     def get_filesystem(self):
+        """The fsspec file system of the store: a ``pyarrow.fs.HadoopFileSystem`` connected with
+        the store's host, port, user, Kerberos ticket and ``extra_conf``, wrapped in fsspec's
+        ``ArrowFSWrapper`` (connected on the first call, once per process)."""
         if self._fs is None:
             import fsspec.implementations.arrow
             self._fs = fsspec.implementations.arrow.ArrowFSWrapper(self._get_filesystem_fn()())
         return self._fs
 
     def get_arrow_filesystem(self):
+        """``(pyarrow.fs.HadoopFileSystem, path_of)``: a new connection to HDFS for
+        ``pyarrow.dataset``, and the function that turns one of this store's ``hdfs://`` URLs into
+        a path on it (the URL's path part)."""
         return self._get_filesystem_fn()(), lambda url: urllib.parse.urlparse(url).path
 
