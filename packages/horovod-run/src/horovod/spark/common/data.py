@@ -133,8 +133,8 @@ def prepare_data(num_processes, store, df, label_columns, feature_columns, valid
         partitions_per_process: Parquet files per rank: the training data gets
             ``max(int(num_processes * partitions_per_process * (1 - val)), num_processes)``
             files (rounded up to a multiple of ``num_processes``, so that each rank reads the same
-            number of files), the validation data ``num_processes`` times fewer, at least
-            ``num_processes``.
+            number of files), the validation data ``partitions_per_process`` times fewer, at
+            least ``num_processes``.
         verbose: 0, or 1 and above to print what is written.
 
     Raises:

@@ -31,7 +31,7 @@ ESTIMATOR_PARAMS = [
     ("epochs", 1, "passes over the training data"),
     ("verbose", 1, "0: quiet, 1: a line per epoch on rank 0, 2: more"),
     ("callbacks", [], "callbacks of the framework's training loop"),
-    ("random_seed", None, "seed of the initial weights' broadcast order and of the per-epoch shuffle"),
+    ("random_seed", None, "seed of the per-epoch shuffle of the training rows (None: a new one each fit)"),
     ("shuffle_buffer_size", None, "rows the reader shuffles together; default the rank's whole shard",
      "ShufflingBufferSize"),
     ("shuffle", True, "shuffle the training rows every epoch"),
