@@ -6,6 +6,8 @@ import io
 
 import cloudpickle
 
+from horovod.spark.common.remote import to_bytes
+
 
 def trainer(spec, settings):
     """The rank function of one fit; returns on every rank ``{"model": cloudpickled module,
@@ -58,10 +60,9 @@ def trainer(spec, settings):
                 for key, value in trainer.callback_metrics.items():
                     history.setdefault(key, []).append(float(value))
                 if rank == 0:
-                    buffer = io.BytesIO()
-                    torch.save({"model": module.state_dict(), "optimizer": trainer.optimizers[0].state_dict(),
-                                "history": history, "epoch": trainer.current_epoch}, buffer)
-                    spec.save_checkpoint(buffer.getvalue())
+                    spec.save_checkpoint(to_bytes(torch.save, {
+                        "model": module.state_dict(), "optimizer": trainer.optimizers[0].state_dict(),
+                        "history": history, "epoch": trainer.current_epoch}))
 
         use_gpu = settings["use_gpu"] and torch.cuda.is_available()
         args = dict(accelerator="gpu" if use_gpu else "cpu", devices=1,
