@@ -23,10 +23,6 @@ DEFAULT_CHECKPOINT_FILENAME = "checkpoint"
 class Store:
     """The locations of one store; use :meth:`create` to get the right kind for a prefix."""
 
-    def __init__(self):
-        self._train_data_to_key = {}
-        self._val_data_to_key = {}
-
     @staticmethod
     def create(prefix_path, *args, **kwargs):
         """The store for ``prefix_path`` (str): :class:`HDFSStore` for ``hdfs://`` URLs,
@@ -60,7 +56,6 @@ class FilesystemStore(Store):
 
     def __init__(self, prefix_path, train_path=None, val_path=None, test_path=None, runs_path=None,
                  save_runs=True, storage_options=None, checkpoint_filename=None):
-        super().__init__()
         self.prefix_path = self._normalize(prefix_path)
         self._train_path = train_path or _join(self.prefix_path, "intermediate_train_data")
         self._val_path = val_path or _join(self.prefix_path, "intermediate_val_data")
