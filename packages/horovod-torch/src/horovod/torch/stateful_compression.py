@@ -88,8 +88,9 @@ class _ErrorFeedback(StatefulCompressor):
         return grad + residual.to(grad.dtype)
 
     def _keep_residual(self, name, residual):
+        # ``residual`` is a new tensor the caller does not keep: no copy.
         if self.error_feedback:
-            self.residuals[name] = residual.detach().clone()
+            self.residuals[name] = residual.detach()
 
     def reset_residuals(self):
         self.residuals = {}
@@ -281,7 +282,7 @@ class TopK(_ErrorFeedback):
         """
         _check(named_grads, op)
         self.step += 1
-        indices, values, flats = [], [], []
+        indices, values = [], []
         for name, grad in named_grads:
             flat = self._with_residual(name, grad).reshape(-1)
             k = max(1, math.ceil(self.ratio * flat.numel()))
@@ -293,7 +294,6 @@ class TopK(_ErrorFeedback):
                 self._keep_residual(name, residual.reshape(grad.shape))
             indices.append(chosen.to(torch.int32))
             values.append(sent.contiguous())
-            flats.append(flat)
         all_indices = mpi_ops.grouped_allgather(indices, name=f"topk.indices.{self.step}", process_set=process_set)
         all_values = mpi_ops.grouped_allgather(values, name=f"topk.values.{self.step}", process_set=process_set)
         results = []
