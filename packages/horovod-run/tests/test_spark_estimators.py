@@ -459,7 +459,7 @@ def fit(store, epochs):
                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), feature_cols=["x"],
                          label_cols=["y"], batch_size=16, epochs=epochs, random_seed=3, run_id="r", verbose=0)
     est._check_common()
-    return est._remote_trainer(data.describe(store, 0), "r", 1)()
+    return est._remote_trainer(data.describe(store, 0), "r")()
 
 
 straight = fit(store_at("straight"), 2)

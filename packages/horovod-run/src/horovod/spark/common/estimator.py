@@ -144,7 +144,7 @@ class HorovodEstimator(Estimator, params.EstimatorParams, _Persistence):
         if missing:
             raise ValueError("the prepared data has no column(s) %s (it has %s)" % (missing, sorted(meta["kinds"])))
         run_id = self.getRunId() or "%s_%d" % (self._run_prefix, int(time.time()))
-        trainer = self._remote_trainer(meta, run_id, backend.num_processes())
+        trainer = self._remote_trainer(meta, run_id)
         results = backend.run(trainer, env=self._rank_env())
         return self._create_model(results[0], run_id, meta)
 
@@ -164,7 +164,7 @@ class HorovodEstimator(Estimator, params.EstimatorParams, _Persistence):
             transformation_fn=self.getTransformationFn(), inmemory_cache_all=self.getInMemoryCacheAll(),
             verbose=self.getVerbose())
 
-    def _remote_trainer(self, meta, run_id, num_proc):
+    def _remote_trainer(self, meta, run_id):
         raise NotImplementedError()
 
     def _create_model(self, result, run_id, meta):

@@ -189,7 +189,7 @@ class KerasEstimator(HorovodEstimator, KerasEstimatorParams):
         env.setdefault("KERAS_BACKEND", "tensorflow")
         return env
 
-    def _remote_trainer(self, meta, run_id, num_proc):
+    def _remote_trainer(self, meta, run_id):
         from horovod.spark.keras import remote
 
         spec = self._train_spec(meta, run_id)

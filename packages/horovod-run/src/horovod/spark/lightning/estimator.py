@@ -182,7 +182,7 @@ class TorchEstimator(HorovodEstimator, LightningEstimatorParams):
                 raise ValueError("%s is set, but a LightningModule brings its own: implement %s in the module "
                                  "instead" % (name, hook))
 
-    def _remote_trainer(self, meta, run_id, num_proc):
+    def _remote_trainer(self, meta, run_id):
         from horovod.spark.lightning import remote
 
         spec = self._train_spec(meta, run_id)

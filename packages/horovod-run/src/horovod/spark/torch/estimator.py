@@ -232,7 +232,7 @@ class TorchEstimator(HorovodEstimator, TorchEstimatorParams):
         if isinstance(bpps, bool) or not isinstance(bpps, int) or bpps <= 0:
             raise ValueError("backward_passes_per_step must be a positive integer, got %r" % (bpps,))
 
-    def _remote_trainer(self, meta, run_id, num_proc):
+    def _remote_trainer(self, meta, run_id):
         from horovod.spark.torch import remote
 
         spec = self._train_spec(meta, run_id)
