@@ -49,15 +49,6 @@ class _TrainingCache:
                 self._free.append(entry[0])
                 self._free.sort()
 
-    def is_cached(self, key):
-        with self._lock:
-            return key in self._entries
-
-    def clear(self):
-        with self._lock:
-            self._entries.clear()
-            self._free.clear()
-
 
 _training_cache = _TrainingCache()
 
