@@ -1,16 +1,12 @@
 #include "backends/shm/shared_memory.h"
 
-#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <climits>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
