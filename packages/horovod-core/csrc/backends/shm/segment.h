@@ -32,7 +32,6 @@ class SharedSegment {
 
   explicit operator bool() const { return base_ != nullptr; }
   char* base() const { return base_; }
-  size_t bytes() const { return bytes_; }
   // Unmaps it now.
   void Reset();
 
