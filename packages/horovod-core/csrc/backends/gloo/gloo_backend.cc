@@ -93,7 +93,7 @@ class GlooBackend : public Communicator {
   }
 
   void Allreduce(const AllreduceOptions& options) override {
-    AllreduceRaw(options.buffer, options.count, options.dtype, options.op);
+    if (size_ > 1 && options.count > 0) sync_->Allreduce(options.buffer, options.count, options.dtype, options.op);
   }
 
   void Allgather(const AllgatherOptions& options) override {
@@ -118,7 +118,7 @@ class GlooBackend : public Communicator {
   }
 
   void Broadcast(const BroadcastOptions& options) override {
-    BroadcastRaw(options.buffer, options.bytes, options.root);
+    if (size_ > 1 && options.bytes > 0) sync_->Broadcast(options.buffer, options.bytes, options.root);
   }
 
   void Alltoall(const AlltoallOptions& options) override {
@@ -185,14 +185,6 @@ class GlooBackend : public Communicator {
   }
 
  private:
-  void AllreduceRaw(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
-    if (size_ > 1 && count > 0) sync_->Allreduce(buffer, count, dtype, op);
-  }
-
-  void BroadcastRaw(void* buffer, int64_t num_bytes, int root) {
-    if (size_ > 1 && num_bytes > 0) sync_->Broadcast(buffer, num_bytes, root);
-  }
-
   std::chrono::milliseconds timeout_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
