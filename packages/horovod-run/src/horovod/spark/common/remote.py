@@ -9,6 +9,8 @@ a later ``fit`` with the same ``run_id`` starts at the epoch after the last one 
 import dataclasses
 import io
 
+import numpy as np
+
 from horovod.spark.common.reader import BatchReader, steps_per_epoch
 
 
@@ -84,3 +86,17 @@ def to_bytes(save, obj):
     buffer = io.BytesIO()
     save(obj, buffer)
     return buffer.getvalue()
+
+
+def to_arrays(batch, columns):
+    """The columns of ``batch`` (a dict of numpy arrays) as numpy arrays for training: floating
+    point and booleans as float32, integers as int64."""
+    out = []
+    for name in columns:
+        value = np.asarray(batch[name])
+        if value.dtype.kind in "fb":
+            value = value.astype(np.float32, copy=False)
+        elif value.dtype.kind in "iu":
+            value = value.astype(np.int64, copy=False)
+        out.append(value)
+    return out

@@ -7,6 +7,7 @@ from pyspark import keyword_only
 
 from horovod.spark.common import params
 from horovod.spark.common.estimator import HorovodEstimator, HorovodModel
+from horovod.spark.common.remote import to_arrays
 
 
 class KerasEstimatorParams(params.EstimatorParams):
@@ -29,20 +30,6 @@ params.declare(KerasModelParams, [
     ("custom_objects", {}, "custom Keras objects of the model"),
     ("_floatx", None, "keras.config.floatx() of the training"),
 ])
-
-
-def to_arrays(batch, columns):
-    """The columns of ``batch`` as numpy arrays for Keras: floating point and booleans as
-    float32, integers as int64."""
-    out = []
-    for name in columns:
-        value = np.asarray(batch[name])
-        if value.dtype.kind in "fb":
-            value = value.astype(np.float32, copy=False)
-        elif value.dtype.kind in "iu":
-            value = value.astype(np.int64, copy=False)
-        out.append(value)
-    return out
 
 
 class KerasEstimator(HorovodEstimator, KerasEstimatorParams):

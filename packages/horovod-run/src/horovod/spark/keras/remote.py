@@ -7,6 +7,8 @@ import pickle
 import cloudpickle
 import numpy as np
 
+from horovod.spark.common.remote import to_arrays
+
 
 def trainer(spec, settings):
     """The rank function of one fit; returns on every rank ``{"weights": list of numpy arrays,
@@ -17,7 +19,6 @@ def trainer(spec, settings):
         import tensorflow as tf
 
         import horovod.keras as hvd
-        from horovod.spark.keras.estimator import to_arrays
 
         try:  # one thread per rank: the ranks share the host's cores
             tf.config.threading.set_intra_op_parallelism_threads(1)

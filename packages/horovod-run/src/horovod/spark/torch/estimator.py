@@ -7,6 +7,7 @@ from pyspark import keyword_only
 
 from horovod.spark.common import params
 from horovod.spark.common.estimator import HorovodEstimator, HorovodModel
+from horovod.spark.common.remote import to_arrays
 
 _TORCH_PARAMS = [
     ("data_module", None, "accepted for upstream's scripts; the Parquet reader is built in"),
@@ -43,12 +44,7 @@ def to_tensors(batch, columns, shapes=None):
     import torch
 
     out = []
-    for i, name in enumerate(columns):
-        value = np.asarray(batch[name])
-        if value.dtype.kind in "fb":
-            value = value.astype(np.float32, copy=False)
-        elif value.dtype.kind in "iu":
-            value = value.astype(np.int64, copy=False)
+    for i, value in enumerate(to_arrays(batch, columns)):
         tensor = torch.from_numpy(np.ascontiguousarray(value))
         if shapes is not None and shapes[i] is not None:
             tensor = tensor.reshape(-1, *shapes[i])
