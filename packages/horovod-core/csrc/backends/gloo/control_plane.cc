@@ -93,7 +93,7 @@ std::vector<std::vector<char>> SyncMesh::Gatherv(const std::vector<char>& data, 
 // `data` of `root` on every rank, its length included in the first message.
 void SyncMesh::BroadcastBytes(std::vector<char>& data, int root) {
   if (rank_ != root) {
-    data = RecvFramed(root);
+    RecvFramed(root, data);  // into `data`, keeping its capacity
     return;
   }
   for (int r = 0; r < size_; ++r) {
