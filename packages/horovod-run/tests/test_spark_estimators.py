@@ -297,8 +297,6 @@ def test_store_create_and_paths(tmp_path):
 
 
 def test_hdfs_store_parse_url_and_filesystem():
-    import pyarrow.fs
-
     store = hvd_store.Store.create("hdfs://namenode:9000/user/hvd")
     assert isinstance(store, hvd_store.HDFSStore)
     assert store._hdfs_kwargs["host"] == "namenode" and store._hdfs_kwargs["port"] == 9000
@@ -315,7 +313,6 @@ def test_hdfs_store_parse_url_and_filesystem():
     assert connect.__code__.co_names.count("HadoopFileSystem") == 1
     with pytest.raises(OSError):
         connect()
-    assert pyarrow.fs.HadoopFileSystem
 
 
 def test_estimator_params_defaults_and_errors():
