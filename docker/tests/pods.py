@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+from horovod_testing.testbed import cmdline, proc_state
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "ci"))
 import image  # noqa: E402  (the image's name, buildah's storage, the image's user)
 
@@ -44,15 +46,6 @@ def buildah(*args: str) -> str:
     return proc.stdout.strip()
 
 
-def _state(pid: int) -> str | None:
-    """The state letter of process ``pid`` (R, S, Z, ...), None when there is none."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
-
-
 def _children(pid: int) -> list[int]:
     """Every live, non-zombie descendant of ``pid``."""
     found, todo = [], [pid]
@@ -64,18 +57,10 @@ def _children(pid: int) -> list[int]:
         except OSError:
             continue
         for kid in kids:
-            if _state(kid) not in (None, "Z"):
+            if proc_state(kid) not in (None, "Z"):
                 found.append(kid)
                 todo.append(kid)
     return found
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return "?"
 
 
 class Job:
@@ -100,10 +85,9 @@ class Job:
         lines += [f"{self.worker_address(i)} {self.worker_fqdn(i)}" for i in range(self.workers)]
         return "\n".join(lines) + "\n"
 
-    def hostfile(self, form: str = "openmpi") -> str:
-        if form == "openmpi":
-            return "".join(f"{self.worker_fqdn(i)} slots={self.slots}\n" for i in range(self.workers))
-        return "".join(f"{self.worker_fqdn(i)}:{self.slots}\n" for i in range(self.workers))
+    def hostfile(self) -> str:
+        """The operator's /etc/mpi/hostfile in Open MPI's form (``<name> slots=N``)."""
+        return "".join(f"{self.worker_fqdn(i)} slots={self.slots}\n" for i in range(self.workers))
 
     def discover_hosts(self) -> str:
         """The operator's discover_hosts.sh: the running workers, one name per line."""
@@ -190,7 +174,7 @@ class Pod:
             return None
         pid, namespace = self._init
         try:
-            alive = os.stat(f"/proc/{pid}/ns/pid").st_ino == namespace and _state(pid) != "Z"
+            alive = os.stat(f"/proc/{pid}/ns/pid").st_ino == namespace and proc_state(pid) != "Z"
         except OSError:
             alive = False
         return pid if alive else None
@@ -198,7 +182,7 @@ class Pod:
     def processes(self) -> list[str]:
         """The pod's processes besides its main one: what a job left in it."""
         init = self.init_pid()
-        return [f"{pid} {_cmdline(pid)}" for pid in _children(init)] if init else []
+        return [f"{pid} {cmdline(pid)}" for pid in _children(init)] if init else []
 
     def wait_listening(self, port: int) -> None:
         check = f"import socket; socket.create_connection(({self.address!r}, {port}), timeout=1).close()"

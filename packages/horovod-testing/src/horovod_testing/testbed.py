@@ -71,7 +71,7 @@ def find_script():
     raise TestbedError(f"cannot find {SCRIPT}: run from inside the repository or set HOROVOD_REPO_ROOT")
 
 
-def _proc_state(pid):
+def proc_state(pid):
     """The state letter of /proc/PID/stat (R, S, Z, ...), None if there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -81,7 +81,8 @@ def _proc_state(pid):
     return stat[stat.rindex(b")") + 2:].split(b" ", 1)[0].decode()
 
 
-def _cmdline(pid):
+def cmdline(pid):
+    """The command line of process PID, its arguments joined by spaces; "?" if there is none."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -316,7 +317,7 @@ class Testbed:
                 st = os.stat(f"/proc/{entry}/ns/net")
             except OSError:
                 continue
-            if (st.st_dev, st.st_ino) == (ns.st_dev, ns.st_ino) and _proc_state(entry) not in (None, "Z"):
+            if (st.st_dev, st.st_ino) == (ns.st_dev, ns.st_ino) and proc_state(entry) not in (None, "Z"):
                 found.append(int(entry))
         return sorted(found)
 
@@ -326,7 +327,7 @@ class Testbed:
         for index, (name, _) in enumerate(self.hosts, 1):
             pids = self.pids(index)
             if pids:
-                left[name] = [f"{pid} {_cmdline(pid)}" for pid in pids]
+                left[name] = [f"{pid} {cmdline(pid)}" for pid in pids]
         return left
 
     def wait_idle(self, timeout=10.0):
