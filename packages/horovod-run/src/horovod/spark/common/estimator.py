@@ -8,17 +8,16 @@ rank runs, see :mod:`horovod.spark.common.remote`) and ``_create_model``; on the
 outputs, one per label).
 """
 
-import base64
 import secrets
 import time
 from typing import Iterator, Tuple
 
-import cloudpickle
 import numpy as np
 import pyarrow as pa
 from pyspark.ml import Estimator, Model
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
 
+from horovod.runner.common.util import codec
 from horovod.spark.common import data, params, remote
 from horovod.spark.common.backend import SparkBackend
 from horovod.spark.common.store import Store
@@ -36,7 +35,7 @@ class _Writer(MLWriter):
 
     def saveImpl(self, path):
         values = {p.name: v for p, v in self.instance._paramMap.items()}
-        blob = base64.b64encode(cloudpickle.dumps(values)).decode("ascii")
+        blob = codec.dumps_base64(values)
         DefaultParamsWriter.saveMetadata(self.instance, path, self.sc, paramMap={},
                                          extraMetadata={"defaultParamMap": {}, _PARAMS_KEY: blob})
 
@@ -50,7 +49,7 @@ class _Reader(MLReader):
         metadata = DefaultParamsReader.loadMetadata(path, self.sc)
         if _PARAMS_KEY not in metadata:
             raise ValueError("%s holds no horovod.spark stage (its metadata has no %s)" % (path, _PARAMS_KEY))
-        values = cloudpickle.loads(base64.b64decode(metadata[_PARAMS_KEY]))
+        values = codec.loads_base64(metadata[_PARAMS_KEY])
         instance = self.cls()
         instance._resetUid(metadata["uid"])
         instance._set(**values)
