@@ -64,6 +64,11 @@ def _concat(parts):
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
+def _rows(columns):
+    """The number of rows of a dict of column arrays (0 for no columns)."""
+    return len(next(iter(columns.values()))) if columns else 0
+
+
 def _take(columns, index):
     return {k: v[index] for k, v in columns.items()}
 
@@ -132,7 +137,7 @@ class BatchReader:
             for index in order:
                 part = self._read(int(index))
                 window.append(part)
-                rows += len(next(iter(part.values()))) if part else 0
+                rows += _rows(part)
                 if rows >= self.buffer_rows:
                     yield self._mixed(window, rng)
                     window, rows = [], 0
@@ -144,7 +149,7 @@ class BatchReader:
     def _mixed(self, window, rng):
         columns = _concat(window)
         if self.shuffle:
-            columns = _take(columns, rng.permutation(len(next(iter(columns.values())))))
+            columns = _take(columns, rng.permutation(_rows(columns)))
         return columns
 
     def _batches(self, epoch):
@@ -154,7 +159,7 @@ class BatchReader:
         pending, pending_rows, emitted = [], 0, 0
         for window in self._passes(rng):
             pending.append(window)
-            pending_rows += len(next(iter(window.values())))
+            pending_rows += _rows(window)
             if pending_rows < self.batch_size:
                 continue
             columns = _concat(pending)
