@@ -222,12 +222,11 @@ class HorovodModel(Model, params.ModelParams, _Persistence):
         struct = T.StructType([T.StructField(name, t) for name, t in zip(outputs, types, strict=True)])
 
         def run(batches: Iterator[Tuple[pa.Array, ...]]) -> Iterator[pa.Array]:  # noqa: UP006
-            fn = predict
             for columns in batches:
                 if not isinstance(columns, tuple):
                     columns = (columns,)
                 arrays = [_arrow_to_numpy(c) for c in columns]
-                results = fn(arrays)
+                results = predict(arrays)
                 out = []
                 for result, t in zip(results, types, strict=True):
                     result = np.asarray(result, dtype=np.float64).reshape(len(arrays[0]), -1)
