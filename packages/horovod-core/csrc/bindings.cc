@@ -17,7 +17,7 @@
 #include "backends/nccl/gpu_ops.h"
 #include "backends/registry.h"
 #include "bindings/convert.h"
-#include "engine/config.h"
+#include "common/config.h"
 #include "engine/engine.h"
 
 namespace nb = nanobind;

@@ -25,8 +25,8 @@
 
 #include "backends/gloo/gloo_options.h"
 #include "backends/mpi/mpi_options.h"
-#include "engine/common.h"
-#include "engine/store.h"
+#include "common/common.h"
+#include "common/store.h"
 
 namespace horovod {
 

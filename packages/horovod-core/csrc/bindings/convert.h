@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/common.h"
-#include "engine/store.h"
-#include "engine/tensor_queue.h"
+#include "common/common.h"
+#include "common/store.h"
+#include "common/tensor_queue.h"
 
 namespace horovod::bindings {
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "engine/reduction.h"
+#include "common/reduction.h"
 
 namespace horovod {
 

@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "backends/communicator.h"
-#include "engine/common.h"
+#include "common/common.h"
 
 namespace horovod {
 

@@ -1,7 +1,7 @@
 // Allreduce and Adasum: every rank ends with the reduction of every rank's tensor.
 //
 // Execution, the same on every device: a single tensor is reduced in its output (after a copy
-// from its input when they differ); several tensors fused by negotiation (csrc/engine/fusion.h),
+// from its input when they differ); several tensors fused by negotiation (csrc/common/fusion.h),
 // or a joined rank's zeros, go through the device's fusion buffer, each at an offset aligned for
 // the device. Where the communicator reduces separate tensors straight from their own memory (the
 // shared-memory transport's single-copy path) and this rank has every tensor, the fusion buffer

@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "backends/communicator.h"
-#include "engine/common.h"
-#include "engine/message.h"
-#include "engine/tensor_queue.h"
-#include "engine/timeline.h"
+#include "common/common.h"
+#include "common/message.h"
+#include "common/tensor_queue.h"
+#include "common/timeline.h"
 #include "executors/device_executor.h"
 
 namespace horovod {

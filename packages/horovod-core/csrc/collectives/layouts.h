@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/message.h"
-#include "engine/tensor_queue.h"
+#include "common/message.h"
+#include "common/tensor_queue.h"
 
 namespace horovod {
 

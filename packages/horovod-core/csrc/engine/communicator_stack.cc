@@ -7,7 +7,7 @@
 
 #include "backends/registry.h"
 #include "backends/shm/shared_memory.h"
-#include "engine/logging.h"
+#include "common/logging.h"
 #include "engine/process_sets.h"
 
 namespace horovod {

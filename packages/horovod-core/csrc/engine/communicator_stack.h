@@ -12,8 +12,8 @@
 
 #include "backends/communicator.h"
 #include "backends/hierarchical/hierarchical.h"
-#include "engine/config.h"
-#include "engine/store.h"
+#include "common/config.h"
+#include "common/store.h"
 
 namespace horovod {
 

@@ -6,9 +6,9 @@
 #include <stdexcept>
 
 #include "collectives/collective.h"
-#include "fusion.h"
-#include "logging.h"
-#include "timeline.h"
+#include "common/fusion.h"
+#include "common/logging.h"
+#include "common/timeline.h"
 
 namespace horovod {
 

@@ -45,11 +45,11 @@
 #include <vector>
 
 #include "backends/communicator.h"
-#include "config.h"
-#include "message.h"
+#include "common/config.h"
+#include "common/message.h"
 #include "response_cache.h"
 #include "stall_inspector.h"
-#include "tensor_queue.h"
+#include "common/tensor_queue.h"
 
 namespace horovod {
 

@@ -10,8 +10,8 @@
 
 #include "backends/nccl/gpu_ops.h"
 #include "collectives/collective.h"
-#include "liveness.h"
-#include "logging.h"
+#include "common/liveness.h"
+#include "common/logging.h"
 
 namespace horovod {
 

@@ -70,17 +70,17 @@
 #include <utility>
 #include <vector>
 
-#include "autotune/parameter_manager.h"
+#include "engine/autotune/parameter_manager.h"
 #include "backends/hierarchical/hierarchical.h"
-#include "config.h"
+#include "common/config.h"
 #include "controller.h"
 #include "flight_recorder.h"
 #include "engine/communicator_stack.h"
 #include "engine/process_sets.h"
 #include "executors/device_executor.h"
-#include "store.h"
-#include "tensor_queue.h"
-#include "timeline.h"
+#include "common/store.h"
+#include "common/tensor_queue.h"
+#include "common/timeline.h"
 
 namespace horovod {
 

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "logging.h"
-#include "timeline.h"
+#include "common/logging.h"
+#include "common/timeline.h"
 
 namespace horovod {
 

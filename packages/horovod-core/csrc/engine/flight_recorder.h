@@ -18,9 +18,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common.h"
-#include "message.h"
-#include "tensor_queue.h"
+#include "common/common.h"
+#include "common/message.h"
+#include "common/tensor_queue.h"
 
 namespace horovod {
 

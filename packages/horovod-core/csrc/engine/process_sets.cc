@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "engine/communicator_stack.h"
-#include "engine/timeline.h"
+#include "common/timeline.h"
 
 namespace horovod {
 

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "backends/communicator.h"
-#include "engine/config.h"
+#include "common/config.h"
 #include "engine/controller.h"
-#include "engine/store.h"
-#include "engine/tensor_queue.h"
+#include "common/store.h"
+#include "common/tensor_queue.h"
 
 namespace horovod {
 

@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "message.h"
+#include "common/message.h"
 
 namespace horovod {
 

@@ -5,7 +5,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "logging.h"
+#include "common/logging.h"
 
 namespace horovod {
 

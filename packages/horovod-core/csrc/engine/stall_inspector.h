@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "config.h"
-#include "message.h"
+#include "common/config.h"
+#include "common/message.h"
 
 namespace horovod {
 

@@ -2,7 +2,7 @@
 #include <cstring>
 
 #include "engine/process_sets.h"
-#include "engine/reduction.h"
+#include "common/reduction.h"
 #include "executors/device_executor.h"
 
 namespace horovod {

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "backends/communicator.h"
-#include "engine/common.h"
-#include "engine/fusion.h"
-#include "engine/tensor_queue.h"
+#include "common/common.h"
+#include "common/fusion.h"
+#include "common/tensor_queue.h"
 
 namespace horovod {
 

@@ -1,5 +1,5 @@
 #include "backends/nccl/gpu_ops.h"
-#include "engine/config.h"
+#include "common/config.h"
 #include "engine/process_sets.h"
 #include "executors/device_executor.h"
 

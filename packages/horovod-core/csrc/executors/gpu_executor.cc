@@ -5,7 +5,7 @@
 #include <set>
 
 #include "backends/nccl/gpu_ops.h"
-#include "engine/config.h"
+#include "common/config.h"
 #include "engine/process_sets.h"
 #include "executors/device_executor.h"
 

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "collectives/collective.h"
-#include "engine/reduction.h"
+#include "common/reduction.h"
 #include "executors/device_executor.h"
 
 namespace horovod {

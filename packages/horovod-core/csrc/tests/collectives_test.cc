@@ -10,7 +10,7 @@
 #include <numeric>
 #include <thread>
 
-#include "engine/reduction.h"
+#include "common/reduction.h"
 #include "test_support.h"
 
 namespace horovod {

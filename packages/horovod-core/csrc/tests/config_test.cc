@@ -4,8 +4,8 @@
 #include <set>
 #include <string>
 
-#include "engine/common.h"
-#include "engine/config.h"
+#include "common/common.h"
+#include "common/config.h"
 
 namespace horovod {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <mutex>
 
-#include "engine/config.h"
+#include "common/config.h"
 #include "engine/controller.h"
 #include "test_support.h"
 

@@ -9,7 +9,7 @@
 #include <thread>
 #include <tuple>
 
-#include "engine/config.h"
+#include "common/config.h"
 #include "engine/controller.h"
 #include "test_support.h"
 

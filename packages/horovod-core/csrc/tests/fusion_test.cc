@@ -5,7 +5,7 @@
 #include <cstring>
 #include <functional>
 
-#include "engine/fusion.h"
+#include "common/fusion.h"
 
 namespace horovod {
 namespace {

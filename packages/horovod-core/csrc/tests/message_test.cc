@@ -4,7 +4,7 @@
 #include <functional>
 #include <stdexcept>
 
-#include "engine/message.h"
+#include "common/message.h"
 
 namespace horovod {
 namespace {

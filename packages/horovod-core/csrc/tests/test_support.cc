@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "backends/shm/shared_memory.h"
-#include "engine/config.h"
+#include "common/config.h"
 
 namespace horovod::testing {
 

@@ -12,10 +12,10 @@
 
 #include "backends/communicator.h"
 #include "backends/registry.h"
-#include "engine/common.h"
+#include "common/common.h"
 #include "engine/engine.h"
-#include "engine/message.h"
-#include "engine/store.h"
+#include "common/message.h"
+#include "common/store.h"
 
 namespace horovod::testing {
 

@@ -6,7 +6,7 @@
 
 #include "backends/gloo/cross_memory.h"
 #include "backends/gloo/tuning.h"
-#include "engine/reduction.h"
+#include "common/reduction.h"
 
 namespace horovod::gloo_backend {
 namespace {

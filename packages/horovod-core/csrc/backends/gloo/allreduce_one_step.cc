@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "backends/gloo/tuning.h"
-#include "engine/reduction.h"
+#include "common/reduction.h"
 
 namespace horovod::gloo_backend {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "backends/gloo/tuning.h"
-#include "engine/reduction.h"
+#include "common/reduction.h"
 
 namespace horovod::gloo_backend {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backends/gloo/peers.h"
-#include "engine/common.h"
+#include "common/common.h"
 
 namespace horovod::gloo_backend {
 

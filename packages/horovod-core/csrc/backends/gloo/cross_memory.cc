@@ -12,7 +12,7 @@
 #include <stdexcept>
 
 #include "backends/gloo/tuning.h"
-#include "engine/reduction.h"
+#include "common/reduction.h"
 
 namespace horovod::gloo_backend {
 namespace {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "backends/gloo/peers.h"
-#include "engine/common.h"
-#include "engine/store.h"
+#include "common/common.h"
+#include "common/store.h"
 
 namespace horovod::gloo_backend {
 

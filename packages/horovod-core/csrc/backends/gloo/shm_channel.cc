@@ -8,7 +8,7 @@
 
 #include "backends/gloo/tuning.h"
 #include "backends/shm/futex_counter.h"
-#include "engine/liveness.h"
+#include "common/liveness.h"
 
 namespace horovod::gloo_backend {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/store.h"
+#include "common/store.h"
 
 namespace horovod::gloo_backend {
 

@@ -33,7 +33,7 @@
 #include "backends/gloo/cross_memory.h"
 #include "backends/gloo/peers.h"
 #include "backends/gloo/shm_channel.h"
-#include "engine/store.h"
+#include "common/store.h"
 
 namespace horovod::gloo_backend {
 

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "backends/shm/shared_memory.h"
-#include "engine/logging.h"
+#include "common/logging.h"
 
 namespace horovod {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "backends/communicator.h"
-#include "engine/reduction.h"
+#include "common/reduction.h"
 
 namespace horovod {
 namespace {

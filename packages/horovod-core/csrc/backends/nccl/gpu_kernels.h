@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/common.h"
+#include "common/common.h"
 #include "backends/nccl/gpu_ops.h"
 
 namespace horovod {

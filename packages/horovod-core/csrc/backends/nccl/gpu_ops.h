@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "backends/communicator.h"
-#include "engine/common.h"
+#include "common/common.h"
 
 namespace horovod {
 

@@ -13,9 +13,9 @@
 
 #include "backends/shm/futex_counter.h"
 #include "backends/shm/segment.h"
-#include "engine/liveness.h"
-#include "engine/logging.h"
-#include "engine/reduction.h"
+#include "common/liveness.h"
+#include "common/logging.h"
+#include "common/reduction.h"
 
 namespace horovod {
 

@@ -5,8 +5,8 @@
 #include <iterator>
 #include <sstream>
 
-#include "../common.h"
-#include "../logging.h"
+#include "common/common.h"
+#include "common/logging.h"
 
 namespace horovod {
 

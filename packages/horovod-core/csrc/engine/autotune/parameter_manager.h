@@ -34,10 +34,10 @@
 #include <utility>
 #include <vector>
 
-#include "../config.h"
-#include "../message.h"
+#include "common/config.h"
+#include "common/message.h"
 #include "bayesian_optimization.h"
-#include "tuned_parameters.h"
+#include "common/tuned_parameters.h"
 
 namespace horovod {
 

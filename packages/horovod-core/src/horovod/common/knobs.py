@@ -1,6 +1,6 @@
 """The engine's ``HOROVOD_*`` runtime variables, as its knob table declares them.
 
-Every variable the engine reads is declared once, in the table of csrc/engine/config.cc, with its
+Every variable the engine reads is declared once, in the table of csrc/common/config.cc, with its
 default and a one-line description; this module is that table seen from Python, so that Python
 code (the launcher above all) takes the names from it instead of spelling them again.
 """
@@ -40,6 +40,6 @@ def knob(short):
     rows = table()
     if name not in rows:
         close = [n for n in rows if short.split('_')[0] in n]
-        raise ValueError(f'the engine declares no variable {name} (csrc/engine/config.cc); '
+        raise ValueError(f'the engine declares no variable {name} (csrc/common/config.cc); '
                          f'related: {", ".join(close) or "none"}')
     return rows[name].name

@@ -1,7 +1,7 @@
 """Names of the environment variables the launcher writes for its workers, in one place.
 
 Engine variables are ``HOROVOD_*`` knobs the engine reads; their names come from the engine's
-knob table (``horovod.common.knobs``, declared once in csrc/engine/config.cc), so a knob the engine
+knob table (``horovod.common.knobs``, declared once in csrc/common/config.cc), so a knob the engine
 renames or drops fails here, when the launcher is imported, instead of being handed to workers
 that no longer read it. Without a loadable core (a launcher-only install, which still launches
 commands) the names are built the same way, ``HOROVOD_<short name>``, unchecked; the tests check

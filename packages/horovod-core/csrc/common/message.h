@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "autotune/tuned_parameters.h"
+#include "common/tuned_parameters.h"
 #include "common.h"
 
 namespace horovod {

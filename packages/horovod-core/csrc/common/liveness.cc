@@ -1,4 +1,4 @@
-#include "engine/liveness.h"
+#include "common/liveness.h"
 
 #include <signal.h>
 
