@@ -1,17 +1,13 @@
 """Callback implementations shared by horovod.keras and horovod.tensorflow.keras.
 
 Each ``*Impl`` class is a mixin: the public classes put it in front of ``keras.callbacks.Callback``
-and pass the backend module (:mod:`horovod._keras.backend`) as ``backend``.
+and pass the backend module (:mod:`horovod._keras.backend`) as ``backend``, whose ``keras`` is
+the Keras they run on.
 """
 
 import numpy as np
 
 import horovod._keras as _impl
-
-
-def _keras():
-    import keras
-    return keras
 
 
 class BroadcastGlobalVariablesCallbackImpl:
@@ -42,7 +38,7 @@ class BroadcastGlobalVariablesCallbackImpl:
             if id(v) not in seen:
                 seen.add(id(v))
                 variables.append(v)
-        _impl.broadcast_variables(_keras(), self.backend, variables, self.root_rank,
+        _impl.broadcast_variables(self.backend.keras, self.backend, variables, self.root_rank,
                                   name='BroadcastGlobalVariablesCallback')
         self.broadcast_done = True
 
@@ -64,7 +60,7 @@ class MetricAverageCallbackImpl:
         values = []
         for key in keys:
             try:
-                values.append(float(np.asarray(_keras().ops.convert_to_numpy(logs[key]))))
+                values.append(float(np.asarray(self.backend.keras.ops.convert_to_numpy(logs[key]))))
             except (TypeError, ValueError) as e:
                 raise ValueError(f'MetricAverageCallback averages scalar metrics; logs[{key!r}] '
                                  f'is {logs[key]!r}.') from e
@@ -75,8 +71,8 @@ class MetricAverageCallbackImpl:
             logs[key] = float(value)
 
 
-def _get_lr(optimizer):
-    return float(_keras().ops.convert_to_numpy(optimizer.learning_rate))
+def _get_lr(keras, optimizer):
+    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
 class LearningRateScheduleCallbackImpl:
@@ -124,7 +120,7 @@ class LearningRateScheduleCallbackImpl:
 
     def _adjust_learning_rate(self, epoch):
         optimizer = self.model.optimizer
-        old_lr = _get_lr(optimizer)
+        old_lr = _get_lr(self.backend.keras, optimizer)
         new_lr = self.initial_lr * self.multiplier(epoch)
         optimizer.learning_rate = new_lr
         momentum = getattr(optimizer, 'momentum', None)
@@ -132,7 +128,7 @@ class LearningRateScheduleCallbackImpl:
             self.restore_momentum = momentum
             correction = new_lr / old_lr
             if hasattr(momentum, 'assign'):
-                self.restore_momentum = float(_keras().ops.convert_to_numpy(momentum))
+                self.restore_momentum = float(self.backend.keras.ops.convert_to_numpy(momentum))
                 momentum.assign(self.restore_momentum * correction)
             else:
                 optimizer.momentum = momentum * correction
@@ -169,7 +165,7 @@ class LearningRateScheduleCallbackImpl:
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
-            logs['lr'] = _get_lr(self.model.optimizer)
+            logs['lr'] = _get_lr(self.backend.keras, self.model.optimizer)
 
 
 class LearningRateWarmupCallbackImpl(LearningRateScheduleCallbackImpl):
@@ -193,4 +189,4 @@ class LearningRateWarmupCallbackImpl(LearningRateScheduleCallbackImpl):
         super().on_epoch_end(epoch, logs)
         if epoch == self.end_epoch - 1 and self.verbose > 0 and self.backend.framework.rank() == 0:
             print(f'\nEpoch {epoch + 1}: finished gradual learning rate warmup to '
-                  f'{_get_lr(self.model.optimizer):g}.')
+                  f'{_get_lr(self.backend.keras, self.model.optimizer):g}.')

@@ -9,11 +9,6 @@ import horovod._keras as _impl
 from horovod.common.elastic import ObjectState
 
 
-def _keras():
-    import keras
-    return keras
-
-
 class KerasStateImpl(ObjectState):
     """The weights of ``model``, the variables of ``optimizer`` (default ``model.optimizer``) and
     the picklable values given as keyword arguments (for example ``epoch=0, batch=0``), which
@@ -57,12 +52,12 @@ class KerasStateImpl(ObjectState):
         if optimizer is None or not hasattr(optimizer, 'built') or not hasattr(optimizer, 'build'):
             return
         if self._bcast_object(bool(optimizer.built)) and not optimizer.built:
-            with _keras().name_scope(optimizer.name, caller=optimizer):
+            with self.backend.keras.name_scope(optimizer.name, caller=optimizer):
                 optimizer.build(self.model.trainable_weights)
             optimizer.built = True
 
     def _save_variables(self):
-        keras = _keras()
+        keras = self.backend.keras
         self._saved_variables = [(v, np.array(keras.ops.convert_to_numpy(v.value)))
                                  for v in self._variables()]
 
@@ -77,7 +72,7 @@ class KerasStateImpl(ObjectState):
 
     def sync(self):
         self._build_optimizer_like_root()
-        _impl.broadcast_variables(_keras(), self.backend, self._variables(), 0,
+        _impl.broadcast_variables(self.backend.keras, self.backend, self._variables(), 0,
                                   name='KerasState.sync')
         super().sync()
         self.save()

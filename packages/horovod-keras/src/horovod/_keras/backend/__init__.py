@@ -4,6 +4,8 @@ backend, each over its framework's Horovod package (``horovod.tensorflow`` or ``
 Every backend module offers the same names:
 
 * ``NAME``: the Keras backend name it serves.
+* ``keras``: the Keras module running on that backend (the shared implementation in
+  :mod:`horovod._keras` takes Keras from here or from its caller, never imports it itself).
 * ``framework``: the framework's Horovod module (basics such as ``init``/``rank`` come from it,
   so that its per-process state is reset by its own ``init``).
 * ``Compression``: that module's gradient compressors.

@@ -7,6 +7,7 @@ except ImportError as e:
     raise ImportError("horovod.keras on the Keras backend 'tensorflow' needs horovod-tf: "
                       "pip install horovod-tf") from e
 
+import keras  # noqa: F401  (this layer's ``keras``, see horovod._keras.backend)
 import tensorflow as tf
 
 NAME = "tensorflow"

@@ -8,6 +8,7 @@ except ImportError as e:
     raise ImportError("horovod.keras on the Keras backend 'torch' needs horovod-torch: "
                       "pip install horovod-torch") from e
 
+import keras  # noqa: F401  (this layer's ``keras``, see horovod._keras.backend)
 import torch
 
 NAME = "torch"
