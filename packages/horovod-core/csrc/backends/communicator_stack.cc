@@ -1,16 +1,66 @@
-#include "engine/communicator_stack.h"
+#include "backends/communicator_stack.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <sstream>
 
+#include "backends/hierarchical/hierarchical.h"
 #include "backends/registry.h"
 #include "backends/shm/shared_memory.h"
 #include "common/logging.h"
-#include "engine/process_sets.h"
 
 namespace horovod {
+
+namespace {
+// How long HOROVOD_GLOO_BUSY_POLL=auto polls (yielding the core between polls) before sleeping.
+constexpr std::chrono::microseconds kGlooSpin{200};
+}  // namespace
+
+BackendOptions CommunicatorOptions(const Config& config, Store* store, const std::string& key_prefix) {
+  BackendOptions options;
+  options.rank = config.rank;
+  options.size = config.size;
+  options.store = store;
+  options.key_prefix = key_prefix;
+  options.gloo.iface = config.gloo_iface;
+  options.gloo.hostname = config.local_size == config.size ? "127.0.0.1" : config.hostname;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.gloo_timeout_seconds * 1000));
+  options.gloo.busy_poll = config.gloo_busy_poll == "1";
+  options.gloo.cross_memory = config.shared_memory && config.shared_memory_single_copy;
+  // On one host the shared-memory transport carries the hot path above the Gloo backend.
+  options.gloo.local_channel = config.shared_memory && config.local_size < config.size;
+  if (config.gloo_busy_poll == "auto") {
+    // A short poll catches a peer that is about to send (most messages of a collective whose ranks
+    // arrived together) without the wake-up of a sleeping thread. Only where every rank of the
+    // host has a core to itself (as in the shared-memory transport): elsewhere the polling rank
+    // would take the core of the rank it waits for.
+    cpu_set_t cpus;
+    const int available = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    if (available >= config.local_size) options.gloo.spin = kGlooSpin;
+  }
+  return options;
+}
+
+HierarchicalStats HierarchicalStatsOf(const CommunicatorStack& stack) {
+  HierarchicalStats stats;
+  const auto& state = stack.hierarchical;
+  if (!state) return stats;
+  stats.available = true;
+  stats.allreduce = state->allreduce;
+  stats.allgather = state->allgather;
+  stats.local_shared_memory = state->local_shared_memory;
+  stats.allreduces = state->allreduces;
+  stats.allgathers = state->allgathers;
+  return stats;
+}
+
+void SwitchHierarchical(CommunicatorStack& stack, bool allreduce, bool allgather) {
+  if (!stack.hierarchical) return;
+  stack.hierarchical->allreduce = allreduce;
+  stack.hierarchical->allgather = allgather;
+}
 
 std::string CpuBackendName(const Config& config) {
   if (!config.cpu_operations.empty()) return config.cpu_operations;

@@ -6,8 +6,13 @@
 // the device. Where the communicator reduces separate tensors straight from their own memory (the
 // shared-memory transport's single-copy path) and this rank has every tensor, the fusion buffer
 // is skipped. AVERAGE is a SUM followed by a scale by 1/size, folded into the postscale factor.
-// A small allreduce whose data the negotiation's cache round already reduced (`settled`, eager
-// allreduce in engine/controller.h) only applies its postscale.
+// Eager allreduce (engine/controller.h): EagerAllreduceData gives the data of a small cached
+// allreduce for the negotiation's cache round to carry; one whose data that round already reduced
+// (`settled`) only applies its postscale.
+//
+// bfloat16 on the CPU is reduced in float32 and rounded once (collectives/float32_accumulation.h),
+// from the fusion buffer or the output: neither the single-copy path nor the eager one, which
+// reduce in the tensors' own dtype.
 //
 // Adasum (spec core.md §6.10) runs the same staging, then the adaptive summation of
 // collectives/adasum.h over the communicator's point-to-point exchange instead of its allreduce.
@@ -15,6 +20,7 @@
 
 #include "collectives/collective.h"
 #include "collectives/adasum.h"
+#include "collectives/float32_accumulation.h"
 
 namespace horovod {
 
@@ -30,6 +36,28 @@ Status CheckGpuReduction(const TensorView& view, const char* op) {
                                      " GPU tensors is not supported (NCCL reduces uint8, int8, int32, int64, "
                                      "float16, bfloat16, float32 and float64).");
   }
+}
+
+EagerAllreduceOptions EagerAllreduceData(const Response& cached, const Request& request, uint32_t bit,
+                                         int64_t max_bytes, int size, TensorQueue* queue) {
+  // The request describes the tensor (its dtype, shape and device; the output matches the input, as
+  // the allreduce's enqueue checks); the queue only holds where the data lies.
+  const int64_t count = NumElements(request.shape);
+  const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(request.dtype));
+  EagerAllreduceOptions eager;
+  void* output = nullptr;
+  if (queue == nullptr || cached.type != OpType::ALLREDUCE || cached.names.size() != 1 ||
+      request.device != kCpuDevice || request.prescale_factor != 1.0 || bytes == 0 || bytes > max_bytes ||
+      AccumulatesInFloat32(request.dtype, request.device) ||
+      !queue->Peek(request.name, &eager.input, &output) || output == nullptr) {
+    return {};
+  }
+  eager.tag = uint64_t{bit} + 1;
+  eager.output = output;
+  eager.count = count;
+  eager.dtype = request.dtype;
+  eager.op = EffectiveReduction(cached, size).op;
+  return eager;
 }
 
 namespace {
@@ -89,7 +117,8 @@ class Allreduce : public Collective {
       if (reduction.postscale != 1.0) executor.Scale(entries[0]->output.data, count, dtype, reduction.postscale);
       return;
     }
-    if (type() != OpType::ADASUM && response.prescale_factor == 1.0 && complete &&
+    const bool in_float32 = type() != OpType::ADASUM && AccumulatesInFloat32(dtype, response.device);
+    if (type() != OpType::ADASUM && !in_float32 && response.prescale_factor == 1.0 && complete &&
         comm.SupportsPieces(count * static_cast<int64_t>(element_size), entries.size())) {
       AllreducePiecesOptions options;
       options.pieces.reserve(entries.size());
@@ -134,8 +163,12 @@ class Allreduce : public Collective {
       executor.Copy(copies);
       count = static_cast<int64_t>(total / element_size);
     }
-    if (response.prescale_factor != 1.0) executor.Scale(buffer, count, dtype, response.prescale_factor);
-    {
+    if (in_float32) {
+      ScopedActivity activity(ctx.timeline, response.names, ActivityOf(ctx, "ALLREDUCE").c_str());
+      AllreduceInFloat32(comm, static_cast<uint16_t*>(buffer), count, reduction.op, response.prescale_factor,
+                         reduction.postscale);
+    } else {
+      if (response.prescale_factor != 1.0) executor.Scale(buffer, count, dtype, response.prescale_factor);
       if (type() == OpType::ADASUM) {
         ScopedActivity activity(ctx.timeline, response.names, "ADASUM_ALLREDUCE");
         AdasumAllreduce(comm, buffer, count, dtype);
@@ -143,8 +176,8 @@ class Allreduce : public Collective {
         ScopedActivity activity(ctx.timeline, response.names, ActivityOf(ctx, "ALLREDUCE").c_str());
         comm.Allreduce({buffer, count, dtype, reduction.op});
       }
+      if (reduction.postscale != 1.0) executor.Scale(buffer, count, dtype, reduction.postscale);
     }
-    if (reduction.postscale != 1.0) executor.Scale(buffer, count, dtype, reduction.postscale);
     if (!direct) {
       ScopedActivity activity(ctx.timeline, response.names, "MEMCPY_OUT_FUSION_BUFFER");
       std::vector<DeviceCopy> copies;

@@ -27,7 +27,19 @@
 
 namespace horovod {
 
-class ProcessSetRegistry;
+// The engine's process sets as the control operations change them (control.cc), at the same point
+// of every rank's sequence; engine/process_sets.h's ProcessSetRegistry implements it, so that the
+// collectives need nothing of the engine above them.
+class ProcessSetChanges {
+ public:
+  // Registers a set of `ranks` (global, sorted); returns its id, or -1 when a set of these ranks exists.
+  virtual int64_t Add(const std::vector<int>& ranks) = 0;
+  // Removes set `id`; returns `id`, or -1 for the global set or an unknown id.
+  virtual int64_t Remove(int32_t id) = 0;
+
+ protected:
+  ~ProcessSetChanges() = default;
+};
 
 // What a request is checked against at enqueue.
 struct EnqueueContext {
@@ -56,7 +68,7 @@ struct ExecutionContext {
   const std::vector<int>& set_ranks;  // global ranks of the set, sorted
   int set_rank;                       // this rank's rank in the set
   Timeline& timeline;
-  ProcessSetRegistry* registry;  // the engine's process sets (control operations of the global set)
+  ProcessSetChanges* registry;  // the engine's process sets (control operations of the global set)
   // The result of an operation whose result is one integer (join, process set registration).
   std::optional<int64_t> value;
 };
@@ -126,6 +138,13 @@ struct Reduction {
   double postscale;
 };
 Reduction EffectiveReduction(const Response& response, int size);
+
+// Eager allreduce (engine/controller.h; allreduce.cc): the options under which the cache round of
+// a set of `size` ranks carries the data of this rank's one cache hit, `request` (cache bit `bit`,
+// cached response `cached`), whose data lies in `queue`; tag 0 (no data) when it is not an
+// allreduce of a CPU tensor of at most `max_bytes` without prescale.
+EagerAllreduceOptions EagerAllreduceData(const Response& cached, const Request& request, uint32_t bit,
+                                         int64_t max_bytes, int size, TensorQueue* queue);
 
 // The set rank of global rank `global_rank` in `set_ranks` (sorted).
 int SetRankOf(const std::vector<int>& set_ranks, int global_rank);

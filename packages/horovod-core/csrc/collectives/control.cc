@@ -2,7 +2,6 @@
 // no tensor; join and the process set operations run on the global set only and complete their
 // handles with one integer.
 #include "collectives/collective.h"
-#include "engine/process_sets.h"
 
 namespace horovod {
 

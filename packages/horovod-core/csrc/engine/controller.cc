@@ -346,28 +346,6 @@ ResponseList Controller::Negotiate(const RequestList& mine) {
   return list;
 }
 
-EagerAllreduceOptions Controller::EagerData(const Request& request, uint32_t bit, int64_t max_bytes,
-                                            TensorQueue* queue) const {
-  // The request describes the tensor (its dtype, shape and device; the output matches the input, as
-  // the allreduce's enqueue checks); the queue only holds where the data lies.
-  const Response& cached = cache_.response(bit);
-  const int64_t count = NumElements(request.shape);
-  const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(request.dtype));
-  EagerAllreduceOptions eager;
-  void* output = nullptr;
-  if (queue == nullptr || cached.type != OpType::ALLREDUCE || cached.names.size() != 1 ||
-      request.device != kCpuDevice || request.prescale_factor != 1.0 || bytes == 0 || bytes > max_bytes ||
-      !queue->Peek(request.name, &eager.input, &output) || output == nullptr) {
-    return {};
-  }
-  eager.tag = uint64_t{bit} + 1;
-  eager.output = output;
-  eager.count = count;
-  eager.dtype = request.dtype;
-  eager.op = EffectiveReduction(cached, backend_.size()).op;
-  return eager;
-}
-
 ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool shutdown,
                                              const std::string& shutdown_reason, bool waiting, bool stuck,
                                              bool job_deadlocked, TensorQueue* queue) {
@@ -467,7 +445,9 @@ ResponseList Controller::ComputeResponseList(std::vector<Request> requests, bool
         const bool alone = hits.size() == 1 && uncached.empty() && local_invalid.empty() && !local_joined_ &&
                            (vec[0] & kQuiet) == kQuiet && !stuck;
         const EagerAllreduceOptions eager =
-            alone ? EagerData(hits[0].request, hit_bits[0], eager_bytes, queue) : EagerAllreduceOptions{};
+            alone ? EagerAllreduceData(cache_.response(hit_bits[0]), hits[0].request, hit_bits[0], eager_bytes,
+                                       backend_.size(), queue)
+                  : EagerAllreduceOptions{};
         settled = backend_.AllreduceBitsAndEager(vec, eager);
       } else {
         backend_.AllreduceBitsAnd(vec);

@@ -33,7 +33,8 @@
 // means every rank holds exactly that hit and nothing else, so the round's verdict is that one
 // cached response on every rank; otherwise the data is dropped and the cycle goes on as without
 // it. A synchronous small allreduce (a loss, a metric) then costs one exchange
-// instead of two. The tensor's data lies in the set's queue (`queue` of ComputeResponseList).
+// instead of two. The tensor's data lies in the set's queue (`queue` of ComputeResponseList); which
+// hit qualifies is the allreduce's own rule (EagerAllreduceData, collectives/allreduce.cc).
 #pragma once
 
 #include <chrono>
@@ -111,10 +112,6 @@ class Controller {
     Request request;
     std::chrono::steady_clock::time_point since;
   };
-  // The eager allreduce options of this rank's one cache hit, `request` (cache bit `bit`), whose
-  // data lies in `queue`; tag 0 (no data) when it is not an allreduce of a CPU tensor of at most
-  // `max_bytes` without prescale.
-  EagerAllreduceOptions EagerData(const Request& request, uint32_t bit, int64_t max_bytes, TensorQueue* queue) const;
   // The gather / coordinate / broadcast round.
   ResponseList Negotiate(const RequestList& mine);
   // Coordinator only: every rank's request list (indexed by set rank) -> the new responses.

@@ -1,11 +1,14 @@
 // The engine: one object per initialised Horovod, owning the process sets (each with its backend,
 // tensor queue and controller), the fusion buffer, the timeline and the background thread.
 //
-// The engine's own concerns are split over files: this one (engine.cc) is the background thread,
-// the cycle and the handles; engine/process_sets.* the process-set registry; engine/
-// communicator_stack.* building the communicators at init; engine/liveness.* naming lost peers.
-// What each operation does lives in csrc/collectives/, how memory is moved on each device in
-// csrc/executors/, and the transports in csrc/backends/.
+// The engine's own concerns are split over files: engine.cc is the start, the cycle and the
+// handles; engine/pacing.cc when the background thread cycles, and caller execution;
+// engine/thread_placement.cc where the background thread runs; engine/perform.cc executing a
+// negotiated response list; engine/deadlock.cc the deadlock check across process sets;
+// engine/process_sets.* the process-set registry. Building the communicators at init is
+// backends/communicator_stack.*, naming lost peers common/liveness.*. What each operation does
+// lives in csrc/collectives/, how memory is moved on each device in csrc/executors/, and the
+// transports in csrc/backends/ (docs/engine.md: the floors and the includes allowed).
 //
 // Threading contract.
 // - Caller threads (any Python thread): Start (rendezvous, backend and static process set creation
@@ -70,17 +73,16 @@
 #include <utility>
 #include <vector>
 
-#include "engine/autotune/parameter_manager.h"
-#include "backends/hierarchical/hierarchical.h"
+#include "backends/communicator_stack.h"
 #include "common/config.h"
-#include "controller.h"
-#include "flight_recorder.h"
-#include "engine/communicator_stack.h"
-#include "engine/process_sets.h"
-#include "executors/device_executor.h"
 #include "common/store.h"
 #include "common/tensor_queue.h"
 #include "common/timeline.h"
+#include "engine/autotune/parameter_manager.h"
+#include "engine/controller.h"
+#include "engine/flight_recorder.h"
+#include "engine/process_sets.h"
+#include "executors/device_executor.h"
 
 namespace horovod {
 
@@ -169,14 +171,9 @@ class Engine {
   // Whether the global set's collectives go through shared memory (csrc/backends/shm/shared_memory.h).
   bool shared_memory() const { return stack_.shared_memory; }
   bool shared_memory_single_copy() const { return stack_.shared_memory_single_copy; }
-  // Hierarchical collectives (csrc/backends/hierarchical/hierarchical.h): whether the global set has them (a
-  // multi-host homogeneous job that asked for them or autotunes them), whether each is switched
-  // on now, how many ran, and whether their steps within a host go through shared memory.
-  struct HierarchicalStats {
-    bool available = false, allreduce = false, allgather = false, local_shared_memory = false;
-    int64_t allreduces = 0, allgathers = 0;
-  };
-  HierarchicalStats hierarchical_stats() const;
+  // Hierarchical collectives of the global set (backends/communicator_stack.h).
+  using HierarchicalStats = horovod::HierarchicalStats;
+  HierarchicalStats hierarchical_stats() const { return HierarchicalStatsOf(stack_); }
   // Hosts the ranks are grouped into (by HOROVOD_HOSTNAME when set, else gethostname()).
   int num_hosts() const { return stack_.num_hosts; }
   int local_channels() const { return stack_.local_channels; }
@@ -189,10 +186,22 @@ class Engine {
  private:
   explicit Engine(const Config& config);
   void BackgroundLoop();
+  // The background thread's end, once a cycle stopped the engine (engine.cc).
+  void CloseAfterStop();
+  // Thread placement (thread_placement.cc). HOROVOD_THREAD_AFFINITY: this rank's core (entry
+  // [local_rank]), or -1 when unset; throws EngineError(INVALID_ARGUMENT) for a core this process
+  // may not run on.
+  static int ThreadAffinity(const Config& config);
+  // At start: the core to pin to (`pinned_cpu`), whether to follow the caller, the polling period.
+  void PlaceBackgroundThread(int pinned_cpu);
+  // First thing on the background thread: its id, name and starting cores; pins it if asked to.
+  void BackgroundThreadStarted();
   // Binds the calling (background) thread to core `cpu`; false if the kernel refuses.
   bool BindBackgroundThread(int cpu);
   // Binds the background thread to the core of the last submission, if it is not there already.
   void FollowCaller();
+  // Whether this rank is stuck across process sets at `now` (deadlock.cc; cycle_mu_).
+  bool StuckAcrossSets(std::chrono::steady_clock::time_point now);
   // One cycle, begun at `now`; false once the engine must stop.
   bool RunCycle(std::chrono::steady_clock::time_point now);
   // RunCycle and its bookkeeping, by the thread holding cycle_mu_. A cycle that ends the engine

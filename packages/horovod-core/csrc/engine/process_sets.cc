@@ -1,44 +1,12 @@
 #include "engine/process_sets.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <sstream>
 
-#include "engine/communicator_stack.h"
+#include "backends/communicator_stack.h"
 #include "common/timeline.h"
 
 namespace horovod {
-
-namespace {
-// How long HOROVOD_GLOO_BUSY_POLL=auto polls (yielding the core between polls) before sleeping.
-constexpr std::chrono::microseconds kGlooSpin{200};
-}  // namespace
-
-BackendOptions CommunicatorOptions(const Config& config, Store* store, const std::string& key_prefix) {
-  BackendOptions options;
-  options.rank = config.rank;
-  options.size = config.size;
-  options.store = store;
-  options.key_prefix = key_prefix;
-  options.gloo.iface = config.gloo_iface;
-  options.gloo.hostname = config.local_size == config.size ? "127.0.0.1" : config.hostname;
-  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.gloo_timeout_seconds * 1000));
-  options.gloo.busy_poll = config.gloo_busy_poll == "1";
-  options.gloo.cross_memory = config.shared_memory && config.shared_memory_single_copy;
-  // On one host the shared-memory transport carries the hot path above the Gloo backend.
-  options.gloo.local_channel = config.shared_memory && config.local_size < config.size;
-  if (config.gloo_busy_poll == "auto") {
-    // A short poll catches a peer that is about to send (most messages of a collective whose ranks
-    // arrived together) without the wake-up of a sleeping thread. Only where every rank of the
-    // host has a core to itself (as in the shared-memory transport): elsewhere the polling rank
-    // would take the core of the rank it waits for.
-    cpu_set_t cpus;
-    const int available = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    if (available >= config.local_size) options.gloo.spin = kGlooSpin;
-  }
-  return options;
-}
 
 ProcessSetRegistry::ProcessSetRegistry(const Config& config, Store* store, std::string key_prefix, Timeline* timeline,
                                        std::function<void(Controller&)> configure)

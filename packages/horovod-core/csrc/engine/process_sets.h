@@ -18,34 +18,32 @@
 #include <vector>
 
 #include "backends/communicator.h"
+#include "collectives/collective.h"
 #include "common/config.h"
-#include "engine/controller.h"
 #include "common/store.h"
 #include "common/tensor_queue.h"
+#include "engine/controller.h"
+#include "executors/device_executor.h"
 
 namespace horovod {
 
 class Timeline;
 
-// A registered process set. Members have a communicator and a controller.
-struct ProcessSet {
-  int32_t id = 0;
+// A registered process set. Members have a communicator and a controller; the id and the
+// communicators (CPU, and NCCL once a GPU operation ran) are the part the executors see
+// (SetCommunicators, executors/device_executor.h).
+struct ProcessSet : SetCommunicators {
   std::vector<int> ranks;  // global ranks, sorted
   int set_rank = -1;       // this process's rank in the set; -1 when not a member
-  std::unique_ptr<Communicator> communicator;
   std::unique_ptr<Controller> controller;
   TensorQueue queue;
-  // The NCCL communicator of the members and its device, created by the first GPU operation on
-  // the set (the background thread only: caller execution is off once GPU tensors are submitted;
-  // csrc/executors/gpu_executor.cc).
-  std::unique_ptr<Communicator> gpu_communicator;
-  int gpu_device = -1;
   // Callers blocked waiting on the set's operations (bindings' wait; deadlock detection, controller.h).
   std::atomic<int> waiters{0};
   bool member() const { return set_rank >= 0; }
 };
 
-class ProcessSetRegistry {
+// Add and Remove are the control operations' view of it (ProcessSetChanges, collectives/collective.h).
+class ProcessSetRegistry : public ProcessSetChanges {
  public:
   // `configure` is applied to every new member's controller (the parameters in force).
   ProcessSetRegistry(const Config& config, Store* store, std::string key_prefix, Timeline* timeline,
@@ -59,10 +57,10 @@ class ProcessSetRegistry {
   // Collective over the global set, at the same point of every rank's sequence: registers a set of
   // `ranks` (global, sorted) and returns its id (removed ids are reused, oldest first), or -1 when a
   // set of these ranks exists.
-  int64_t Add(const std::vector<int>& ranks);
+  int64_t Add(const std::vector<int>& ranks) override;
   // Removes set `id`, failing its pending operations; returns `id`, or -1 for the global set or an
   // unknown id.
-  int64_t Remove(int32_t id);
+  int64_t Remove(int32_t id) override;
 
   std::shared_ptr<ProcessSet> Find(int32_t id);
   // Throw EngineError(INVALID_ARGUMENT) for an unknown set (and, Member, a set this rank is not in;
@@ -92,8 +90,5 @@ class ProcessSetRegistry {
   int32_t next_id_ = 1;
   int64_t sets_created_ = 0;  // names each set's rendezvous keys
 };
-
-// Options of a communicator created after the global one (the rendezvous through `store`).
-BackendOptions CommunicatorOptions(const Config& config, Store* store, const std::string& key_prefix);
 
 }  // namespace horovod

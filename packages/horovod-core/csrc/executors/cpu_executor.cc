@@ -1,7 +1,6 @@
 // The CPU executor: host memory, the calling (background) thread does the work.
 #include <cstring>
 
-#include "engine/process_sets.h"
 #include "common/reduction.h"
 #include "executors/device_executor.h"
 
@@ -11,7 +10,7 @@ namespace {
 
 class CpuExecutor : public DeviceExecutor {
  public:
-  Communicator& CommunicatorOf(ProcessSet& set) override { return *set.communicator; }
+  Communicator& CommunicatorOf(SetCommunicators& set) override { return *set.communicator; }
   void Run(const std::vector<TensorTableEntry*>&, const std::function<void()>& body) override { body(); }
   void Copy(const std::vector<DeviceCopy>& copies) override {
     for (const DeviceCopy& c : copies) {

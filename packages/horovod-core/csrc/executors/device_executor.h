@@ -25,7 +25,20 @@ namespace horovod {
 
 struct Config;
 class GpuOps;
-struct ProcessSet;
+
+// The communicators of one process set on this rank, all the executors need of a set (the
+// engine's ProcessSet, engine/process_sets.h, is one): the executors live below the engine and
+// see only this.
+struct SetCommunicators {
+  int32_t id = 0;
+  // The set's CPU backend (its rank and size are this rank's in the set); null on a non-member.
+  std::unique_ptr<Communicator> communicator;
+  // The NCCL communicator of the members and its device, created by the first GPU operation on
+  // the set (the background thread only: caller execution is off once GPU tensors are submitted;
+  // gpu_executor.cc).
+  std::unique_ptr<Communicator> gpu_communicator;
+  int gpu_device = -1;
+};
 
 class DeviceExecutor {
  public:
@@ -33,7 +46,7 @@ class DeviceExecutor {
 
   // The communicator of process set `set` on this device: the set's CPU backend, or its NCCL
   // communicator (created on first use, through the set's control plane).
-  virtual Communicator& CommunicatorOf(ProcessSet& set) = 0;
+  virtual Communicator& CommunicatorOf(SetCommunicators& set) = 0;
   // Runs `body`, the execution of one response over `entries` (null entries are skipped): first
   // makes the inputs ready to read (GPU: waits for the framework's stream events), afterwards makes
   // the results visible to the framework before returning (GPU: the framework's streams wait for
@@ -64,7 +77,7 @@ class Executors {
   // their device (a joined rank without tensors uses its set's NCCL communicator's device),
   // loading the NCCL plugin on first use. Throws GpuError when it cannot be loaded or the tensors
   // of one operation are on different GPUs.
-  DeviceExecutor& For(ProcessSet& set, int32_t device, const std::vector<TensorTableEntry*>& entries);
+  DeviceExecutor& For(SetCommunicators& set, int32_t device, const std::vector<TensorTableEntry*>& entries);
   // Releases device resources (streams, events, fusion buffers) on the background thread before
   // it exits.
   void Release();

@@ -1,7 +1,7 @@
 #include "backends/nccl/gpu_ops.h"
 #include "common/config.h"
-#include "engine/process_sets.h"
 #include "executors/device_executor.h"
+#include "executors/gpu_error.h"
 
 namespace horovod {
 
@@ -9,7 +9,7 @@ Executors::Executors(const Config& config) : config_(config), cpu_(MakeCpuExecut
 
 Executors::~Executors() = default;
 
-DeviceExecutor& Executors::For(ProcessSet& set, int32_t device, const std::vector<TensorTableEntry*>& entries) {
+DeviceExecutor& Executors::For(SetCommunicators& set, int32_t device, const std::vector<TensorTableEntry*>& entries) {
   // Only tensor operations carry a GPU device (control requests are made with kCpuDevice).
   if (device == kCpuDevice) return *cpu_;
   if (gpu_ == nullptr) {

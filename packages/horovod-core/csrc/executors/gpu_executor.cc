@@ -6,8 +6,8 @@
 
 #include "backends/nccl/gpu_ops.h"
 #include "common/config.h"
-#include "engine/process_sets.h"
 #include "executors/device_executor.h"
+#include "executors/gpu_error.h"
 
 namespace horovod {
 
@@ -22,7 +22,7 @@ class GpuExecutor : public DeviceExecutor {
  public:
   GpuExecutor(GpuOps& gpu, int device, bool batched) : gpu_(gpu), device_(device), batched_(batched) {}
 
-  Communicator& CommunicatorOf(ProcessSet& set) override {
+  Communicator& CommunicatorOf(SetCommunicators& set) override {
     if (set.gpu_communicator) {
       if (set.gpu_device != device_) {
         throw GpuError("process set " + std::to_string(set.id) + " runs its GPU operations on device " +
@@ -33,10 +33,11 @@ class GpuExecutor : public DeviceExecutor {
       return *set.gpu_communicator;
     }
     // Bootstrap through the control plane: the set's rank 0 makes the NCCL id and broadcasts it.
+    Communicator& control = *set.communicator;
     std::vector<char> id;
-    if (set.set_rank == 0) id = gpu_.UniqueId();
-    set.communicator->BroadcastBytes(id, 0);
-    set.gpu_communicator = gpu_.CreateCommunicator(id, set.set_rank, static_cast<int>(set.ranks.size()), device_);
+    if (control.rank() == 0) id = gpu_.UniqueId();
+    control.BroadcastBytes(id, 0);
+    set.gpu_communicator = gpu_.CreateCommunicator(id, control.rank(), control.size(), device_);
     set.gpu_device = device_;
     return *set.gpu_communicator;
   }

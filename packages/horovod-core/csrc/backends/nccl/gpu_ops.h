@@ -12,7 +12,8 @@
 // of CUDA or NCCL is reported through the handle.
 //
 // The plugin throws errors of CUDA or NCCL as std::runtime_error with their error string (its
-// own type information is private to it); the engine rethrows them as GpuError.
+// own type information is private to it); the GPU executor rethrows them as GpuError
+// (executors/gpu_error.h).
 #pragma once
 
 #include <cstddef>
@@ -26,11 +27,6 @@
 #include "common/common.h"
 
 namespace horovod {
-
-class GpuError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 // An event recorded on a stream, destroyed with its last owner.
 using GpuEvent = std::shared_ptr<void>;
@@ -48,7 +44,7 @@ class GpuOps {
   virtual void WaitEvent(int device, const GpuEvent& event) = 0;
   // Makes `stream` wait (on the GPU) for the work enqueued so far on Horovod's stream.
   virtual void SignalStream(int device, intptr_t stream) = 0;
-  // Blocks until Horovod's stream of `device` is idle; throws GpuError on a failed kernel or
+  // Blocks until Horovod's stream of `device` is idle; throws on a failed kernel or
   // collective.
   virtual void Synchronize(int device) = 0;
   // Device memory, freed (cudaFree) with its last owner; may be handed to Python.
