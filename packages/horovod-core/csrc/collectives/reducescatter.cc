@@ -1,8 +1,11 @@
 // Reducescatter: the reduction of every rank's tensor, split along the first dimension; rank r
 // keeps part r (dim0 / size rows, one more for the first dim0 % size ranks). The tensor is staged
 // in the device's fusion buffer, reduced there by the communicator, and this rank's part is copied
-// into a new output. AVERAGE is a SUM and a scale of this rank's part by 1/size.
+// into a new output. AVERAGE is a SUM and a scale of this rank's part by 1/size. bfloat16 on the
+// CPU is reduced in float32 and rounded once, straight from the input into the output
+// (collectives/float32_accumulation.h).
 #include "collectives/collective.h"
+#include "collectives/float32_accumulation.h"
 #include "collectives/layouts.h"
 
 namespace horovod {
@@ -78,6 +81,15 @@ class Reducescatter : public Collective {
       ReducescatterLayout layout = MakeReducescatterLayout(e.input, size, me);
       const int64_t count = e.input.num_elements();
       const size_t bytes = static_cast<size_t>(count) * element_size;
+      if (AccumulatesInFloat32(dtype, e.input.device)) {
+        std::shared_ptr<OutputBuffer> output = executor.Allocate(dtype, layout.shape);
+        ScopedActivity scoped(ctx.timeline, e.name, activity.c_str());
+        ReducescatterInFloat32(ctx.communicator, static_cast<const uint16_t*>(e.input.data), layout.counts,
+                               reduction.op, response.prescale_factor, reduction.postscale,
+                               static_cast<uint16_t*>(output->data()));
+        ctx.outputs[t].push_back(std::move(output));
+        continue;
+      }
       ScopedActivity scoped(ctx.timeline, e.name, "MEMCPY_IN_FUSION_BUFFER");
       void* buffer = executor.FusionBuffer(bytes);
       executor.Copy({{e.input.data, buffer, bytes}});
