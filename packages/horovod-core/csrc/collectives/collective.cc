@@ -1,6 +1,7 @@
 #include "collectives/collective.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -22,6 +23,26 @@ bool RegisterCollective(std::unique_ptr<Collective> collective) {
   const OpType type = collective->type();
   Registry()[type] = std::move(collective);
   return true;
+}
+
+std::string Collective::lower_name() const {
+  std::string lower = name();
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower;
+}
+
+const Collective* CollectiveNamed(std::string_view name) {
+  for (const auto& [type, collective] : Registry()) {
+    if (collective->lower_name() == name) return collective.get();
+  }
+  return nullptr;
+}
+
+std::vector<std::string> CollectiveNames() {
+  std::vector<std::string> names;
+  for (const auto& [type, collective] : Registry()) names.push_back(collective->lower_name());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 const Collective& CollectiveFor(OpType type) {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/communicator.h"
@@ -79,6 +80,12 @@ class Collective {
   virtual ~Collective() = default;
   OpType type() const { return type_; }
   const char* name() const { return OpTypeName(type_); }
+  // The operation's name as callers give it (_core.enqueue) and as it leads its tensors' names
+  // ("allreduce.<user name>"): name() in lower case.
+  std::string lower_name() const;
+  // Whether the operation carries tensors: false for barrier, join and the process set
+  // operations, whose one request has no tensor (its shape holds the operation's integers).
+  virtual bool has_tensors() const { return true; }
 
   // Caller's thread: the checks of this rank's `request` (and its tensors, `entry`) against its
   // process set. Returns OK, or the error raised to the caller (INVALID_ARGUMENT -> ValueError).
@@ -115,6 +122,10 @@ inline std::string ActivityOf(const ExecutionContext& ctx, const char* op) {
 
 // The collective of `type`; throws std::logic_error for a type without one (ERROR).
 const Collective& CollectiveFor(OpType type);
+// The collective whose lower_name() is `name` ("allreduce"), or null.
+const Collective* CollectiveNamed(std::string_view name);
+// The lower_name() of every registered collective, sorted.
+std::vector<std::string> CollectiveNames();
 // Called from the static initialiser of each collective's file; returns true.
 bool RegisterCollective(std::unique_ptr<Collective> collective);
 

@@ -15,6 +15,7 @@ Status GlobalSetOnly(OpType type, const EnqueueContext& context) {
 class Barrier : public Collective {
  public:
   Barrier() : Collective(OpType::BARRIER) {}
+  bool has_tensors() const override { return false; }
   void Execute(ExecutionContext& ctx) const override {
     ScopedActivity scoped(ctx.timeline, ctx.response.names, ActivityOf(ctx, "BARRIER").c_str());
     ctx.communicator.Barrier();
@@ -26,6 +27,7 @@ class Barrier : public Collective {
 class Join : public Collective {
  public:
   Join() : Collective(OpType::JOIN) {}
+  bool has_tensors() const override { return false; }
   Status CheckRequest(const Request& request, const TensorTableEntry&, const EnqueueContext& context) const override {
     return GlobalSetOnly(type(), context);
   }
@@ -39,6 +41,7 @@ class Join : public Collective {
 class ProcessSetOperation : public Collective {
  public:
   explicit ProcessSetOperation(OpType type) : Collective(type) {}
+  bool has_tensors() const override { return false; }
   Status CheckRequest(const Request& request, const TensorTableEntry&, const EnqueueContext& context) const override {
     const bool add = type() == OpType::ADD_PROCESS_SET;
     if (!context.dynamic_process_sets) {

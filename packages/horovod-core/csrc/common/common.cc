@@ -42,6 +42,7 @@ const char* OpTypeName(OpType type) {
     case OpType::BARRIER: return "BARRIER";
     case OpType::REDUCESCATTER: return "REDUCESCATTER";
     case OpType::ERROR: return "ERROR";
+    case OpType::REDUCE: return "REDUCE";
     case OpType::ADD_PROCESS_SET: return "ADD_PROCESS_SET";
     case OpType::REMOVE_PROCESS_SET: return "REMOVE_PROCESS_SET";
   }

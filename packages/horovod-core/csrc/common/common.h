@@ -25,7 +25,7 @@ enum class ReduceOp : int32_t { AVERAGE = 0, SUM = 1, ADASUM = 2, MIN = 3, MAX =
 // that every rank applies them at the same point of its operation sequence.
 enum class OpType : int32_t {
   ALLREDUCE = 0, ALLGATHER = 1, BROADCAST = 2, JOIN = 3, ADASUM = 4,
-  ALLTOALL = 5, BARRIER = 6, REDUCESCATTER = 7, ERROR = 8,
+  ALLTOALL = 5, BARRIER = 6, REDUCESCATTER = 7, ERROR = 8, REDUCE = 9,
   ADD_PROCESS_SET = 100, REMOVE_PROCESS_SET = 101,
 };
 

@@ -27,9 +27,8 @@ std::string_view UserName(std::string_view name) {
   for (std::string_view lead : {"horovod_", "grouped_"}) {
     if (op.substr(0, lead.size()) == lead) op.remove_prefix(lead.size());
   }
-  for (std::string_view known : {"allreduce", "allgather", "broadcast", "alltoall", "reducescatter"}) {
-    if (op == known) return name.substr(dot + 1);
-  }
+  const Collective* collective = CollectiveNamed(op);
+  if (collective != nullptr && collective->has_tensors()) return name.substr(dot + 1);
   return {};
 }
 

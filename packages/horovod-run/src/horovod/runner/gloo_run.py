@@ -21,6 +21,7 @@ from horovod.runner.common.util import env as env_util
 from horovod.runner.common.util import hosts, remote_exec, safe_shell_exec, secret
 from horovod.runner.http.http_server import RendezvousServer
 from horovod.runner.util import network, remote
+from horovod.runner.util.exit_codes import describe_exit_code
 from horovod.runner.common.util import env_names
 
 JOB_FAILED_MESSAGE = (
@@ -94,16 +95,6 @@ def _say(message, stream=None):
 
 def _command_line(command):
     return command if isinstance(command, str) else " ".join(shlex.quote(a) for a in command)
-
-
-def describe_exit_code(code):
-    """``code`` and, for ``128 + s``, the name of signal ``s`` (e.g. ``137 (SIGKILL)``)."""
-    if code > 128:
-        try:
-            return "%d (%s)" % (code, signal.Signals(code - 128).name)
-        except ValueError:
-            pass
-    return str(code)
 
 
 def register_shutdown_event():

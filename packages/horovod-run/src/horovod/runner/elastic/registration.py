@@ -16,6 +16,8 @@ resetting) records ``READY`` and waits; a worker process that exits records ``SU
 
 import threading
 
+from horovod.runner.util.exit_codes import describe_exit_code
+
 READY = "READY"
 SUCCESS = "SUCCESS"
 FAILURE = "FAILURE"
@@ -188,7 +190,6 @@ class WorkerStateRegistry:
     def _exits(self, failures):
         """``[(timestamp, "<host>[<slot>]", rank, exit code)]`` of the failed workers in the order
         they exited (those without a recorded exit last)."""
-        from horovod.runner.gloo_run import describe_exit_code
         exits = []
         for host, slot in failures:
             code, timestamp = self._driver.worker_result(host, slot) or (1, float("inf"))
