@@ -2,12 +2,12 @@
 on the ranks of a Spark job."""
 
 import cloudpickle
-import numpy as np
 from pyspark import keyword_only
 
 from horovod.spark.common import params
 from horovod.spark.common.estimator import HorovodEstimator, HorovodModel
-from horovod.spark.common.remote import to_arrays
+from horovod.spark.torch import remote
+from horovod.spark.torch.remote import to_tensors
 
 _TORCH_PARAMS = [
     ("data_module", None, "accepted for upstream's scripts; the Parquet reader is built in"),
@@ -35,35 +35,6 @@ class TorchEstimatorParams(params.EstimatorParams):
 
 
 params.declare(TorchEstimatorParams, _TORCH_PARAMS)
-
-
-def to_tensors(batch, columns, shapes=None):
-    """The columns of ``batch`` (a dict of numpy arrays) as torch tensors: floating point as
-    float32, booleans as float32, integers as int64; reshaped to ``(-1, *shape)`` where
-    ``shapes`` (a list aligned with ``columns``) gives one."""
-    import torch
-
-    out = []
-    for i, value in enumerate(to_arrays(batch, columns)):
-        tensor = torch.from_numpy(np.ascontiguousarray(value))
-        if shapes is not None and shapes[i] is not None:
-            tensor = tensor.reshape(-1, *shapes[i])
-        out.append(tensor)
-    return out
-
-
-def losses(loss, loss_constructors, num_labels):
-    """The loss function of each label (a list), from ``loss`` (a function or a list of them)
-    or ``loss_constructors``; ``ValueError`` when the counts differ from the labels'."""
-    if loss_constructors is not None:
-        fns = [make() for make in loss_constructors]
-    elif isinstance(loss, (list, tuple)):
-        fns = list(loss)
-    else:
-        fns = [loss] * num_labels
-    if len(fns) != num_labels:
-        raise ValueError("%d loss functions for %d label columns" % (len(fns), num_labels))
-    return fns
 
 
 class TorchEstimator(HorovodEstimator, TorchEstimatorParams):
@@ -229,8 +200,6 @@ class TorchEstimator(HorovodEstimator, TorchEstimatorParams):
             raise ValueError("backward_passes_per_step must be a positive integer, got %r" % (bpps,))
 
     def _remote_trainer(self, meta, run_id):
-        from horovod.spark.torch import remote
-
         spec = self._train_spec(meta, run_id)
         model_and_optimizer = cloudpickle.dumps((self.getModel(), self.getOptimizer()))
         settings = dict(loss=self.getLoss(), loss_constructors=self.getLossConstructors(),

@@ -1,11 +1,13 @@
 """The function each rank of a ``TorchEstimator`` fit runs: restore or broadcast the model,
 train ``epochs`` epochs of equal steps with ``horovod.torch.DistributedOptimizer``, validate,
-checkpoint on rank 0, and return the model and its history."""
+checkpoint on rank 0, and return the model and its history; and what runs beside it on the
+executors: ``to_tensors`` (also ``TorchModel``'s predictor's and the Lightning trainer's) and
+``losses``."""
 
 import cloudpickle
 import numpy as np
 
-from horovod.spark.common.remote import to_bytes
+from horovod.spark.common.remote import to_arrays, to_bytes
 
 
 def trainer(spec, model_and_optimizer, settings):
@@ -17,7 +19,6 @@ def trainer(spec, model_and_optimizer, settings):
         import torch
 
         import horovod.torch as hvd
-        from horovod.spark.torch.estimator import losses, to_tensors
 
         hvd.init()
         torch.set_num_threads(1)
@@ -140,3 +141,32 @@ def _unscaled(state, size):
     for group in state["param_groups"]:
         group["lr"] = group["lr"] / size
     return state
+
+
+def to_tensors(batch, columns, shapes=None):
+    """The columns of ``batch`` (a dict of numpy arrays) as torch tensors: floating point as
+    float32, booleans as float32, integers as int64; reshaped to ``(-1, *shape)`` where
+    ``shapes`` (a list aligned with ``columns``) gives one."""
+    import torch
+
+    out = []
+    for i, value in enumerate(to_arrays(batch, columns)):
+        tensor = torch.from_numpy(np.ascontiguousarray(value))
+        if shapes is not None and shapes[i] is not None:
+            tensor = tensor.reshape(-1, *shapes[i])
+        out.append(tensor)
+    return out
+
+
+def losses(loss, loss_constructors, num_labels):
+    """The loss function of each label (a list), from ``loss`` (a function or a list of them)
+    or ``loss_constructors``; ``ValueError`` when the counts differ from the labels'."""
+    if loss_constructors is not None:
+        fns = [make() for make in loss_constructors]
+    elif isinstance(loss, (list, tuple)):
+        fns = list(loss)
+    else:
+        fns = [loss] * num_labels
+    if len(fns) != num_labels:
+        raise ValueError("%d loss functions for %d label columns" % (len(fns), num_labels))
+    return fns
