@@ -17,6 +17,7 @@
 #include "backends/nccl/gpu_ops.h"
 #include "backends/registry.h"
 #include "bindings/convert.h"
+#include "collectives/collective.h"
 #include "common/config.h"
 #include "engine/engine.h"
 
@@ -26,6 +27,7 @@ using namespace horovod::bindings;
 
 namespace horovod::bindings {
 void DefineTesting(nb::module_& parent);
+void DefineQueries(nb::module_& m, std::shared_ptr<Engine> (*engine)());
 }  // namespace horovod::bindings
 
 namespace {
@@ -76,31 +78,6 @@ int64_t GroupId(const std::vector<std::string>& names) {
   return static_cast<int64_t>(h >> 1) | 1;
 }
 
-// Fills `request` in place (where it already lies in the vector submitted: the per-gradient
-// allreduce saves a move of the whole Request, about 60 ns).
-void FillRequest(Request& request, OpType type, const TensorView& view, const std::string& name, int64_t group_id) {
-  request.type = type;
-  request.dtype = view.dtype;
-  request.name = name;
-  request.shape = view.shape;
-  request.device = view.device;
-  request.group_id = group_id;
-}
-
-Request MakeRequest(OpType type, const TensorView& view, const std::string& name, int64_t group_id) {
-  Request request;
-  FillRequest(request, type, view, name, group_id);
-  return request;
-}
-
-TensorTableEntry MakeEntry(const std::string& name, const TensorView& input, const TensorView& output) {
-  TensorTableEntry entry;
-  entry.name = name;
-  entry.input = input;
-  entry.output = output;
-  return entry;
-}
-
 // Queues `requests` with their `entries` on the engine; returns the handle.
 int64_t Submit(int32_t process_set_id, std::vector<Request> requests, std::vector<TensorTableEntry> entries,
                intptr_t stream = 0) {
@@ -121,121 +98,97 @@ ReduceOp ToReduceOp(int32_t op) {
   return static_cast<ReduceOp>(op);
 }
 
-// FillRequest for one tensor of an allreduce (Adasum for ReduceOp::ADASUM).
-void FillAllreduceRequest(Request& request, const TensorView& view, const std::string& name, ReduceOp op,
-                          double prescale, double postscale, int64_t group_id) {
-  FillRequest(request, op == ReduceOp::ADASUM ? OpType::ADASUM : OpType::ALLREDUCE, view, name, group_id);
-  request.reduce_op = op;
-  request.prescale_factor = prescale;
-  request.postscale_factor = postscale;
-}
-
-int64_t EnqueueAllreduce(const nb::sequence& inputs, const nb::sequence& outputs,
-                         const std::vector<std::string>& names, int32_t op, double prescale, double postscale,
-                         int32_t process_set_id, intptr_t stream) {
-  std::vector<TensorView> in = ToTensorViews(inputs, "allreduce input");
-  // An output that is its input (in place) is imported once: DLPack export is not free.
-  std::vector<TensorView> out;
-  const size_t num_outputs = nb::len(outputs);
-  if (num_outputs != in.size()) throw nb::value_error("allreduce needs one output per input");
-  for (size_t i = 0; i < num_outputs; ++i) {
-    nb::object output = outputs[i];
-    nb::object input = inputs[i];
-    out.push_back(output.is(input) ? in[i] : ToTensorView(output, "allreduce output"));
+// The options of _core.enqueue, into the request every tensor's request starts from; the
+// collective reads those it uses (csrc/collectives/).
+void ReadOptions(nb::handle options, Request& request) {
+  if (options.is_none()) return;
+  if (!nb::isinstance<nb::dict>(options)) throw nb::value_error("options must be a dict or None");
+  for (auto [key, value] : nb::borrow<nb::dict>(options)) {
+    const std::string k = nb::cast<std::string>(key);
+    if (k == "op") {
+      request.reduce_op = ToReduceOp(nb::cast<int32_t>(value));
+    } else if (k == "prescale_factor") {
+      request.prescale_factor = nb::cast<double>(value);
+    } else if (k == "postscale_factor") {
+      request.postscale_factor = nb::cast<double>(value);
+    } else if (k == "root_rank") {
+      request.root_rank = nb::cast<int32_t>(value);
+    } else if (k == "splits") {
+      request.splits = ToSplits(value);
+    } else if (k == "args") {
+      request.shape = nb::cast<std::vector<int64_t>>(value);
+    } else {
+      throw nb::value_error(("unknown option '" + k + "'; expected op, prescale_factor, postscale_factor, "
+                             "root_rank, splits or args").c_str());
+    }
   }
-  CheckNames(names, in.size());
-  const ReduceOp reduce_op = ToReduceOp(op);
-  const int64_t group_id = GroupId(names);
-  std::vector<Request> requests(in.size());
-  std::vector<TensorTableEntry> entries;
-  for (size_t i = 0; i < in.size(); ++i) {
-    FillAllreduceRequest(requests[i], in[i], names[i], reduce_op, prescale, postscale, group_id);
-    entries.push_back(MakeEntry(names[i], in[i], out[i]));
-  }
-  return Submit(process_set_id, std::move(requests), std::move(entries), stream);
 }
 
-// One tensor, the call a training step makes per gradient: EnqueueAllreduce of one-element lists,
-// without the lists, and with the name and the views moved into the table entry, not copied.
-int64_t EnqueueAllreduceOne(nb::handle input, nb::handle output, std::string name, int32_t op, double prescale,
-                            double postscale, int32_t process_set_id, intptr_t stream) {
-  TensorView in = ToTensorView(input, "allreduce input");
-  TensorView out = output.is(input) ? in : ToTensorView(output, "allreduce output");
-  std::vector<Request> requests(1);
-  FillAllreduceRequest(requests[0], in, name, ToReduceOp(op), prescale, postscale, 0);
-  std::vector<TensorTableEntry> entries(1);
-  entries[0].name = std::move(name);
-  entries[0].input = std::move(in);
-  entries[0].output = std::move(out);
-  return Submit(process_set_id, std::move(requests), std::move(entries), stream);
+const Collective& RequireCollective(const std::string& op) {
+  if (const Collective* collective = CollectiveNamed(op)) return *collective;
+  std::string known;
+  for (const std::string& name : CollectiveNames()) known += (known.empty() ? "" : ", ") + name;
+  throw nb::value_error(("unknown operation '" + op + "'; known: " + known).c_str());
 }
 
-int64_t EnqueueAllgather(const nb::sequence& inputs, const std::vector<std::string>& names, int32_t process_set_id,
-                         intptr_t stream) {
-  std::vector<TensorView> in = ToTensorViews(inputs, "allgather input");
-  CheckNames(names, in.size());
-  const int64_t group_id = GroupId(names);
+// The output of `input`: none (the engine allocates it), the input itself (in place: imported
+// once, as DLPack export is not free), or its own tensor.
+TensorView OutputOf(nb::handle input, const TensorView& in, nb::handle output, const char* what) {
+  if (output.is_none()) return TensorView();
+  return output.is(input) ? in : ToTensorView(output, what);
+}
+
+// _core.enqueue: one operation of the collective named `op` on one tensor (`names` a str:
+// `inputs` and `outputs` are the tensor and its output, the call a training step makes per
+// gradient) or a group (`names` a list: one input, and one output or None, per name). Operations
+// without tensors (barrier, join) take one name and no inputs.
+int64_t Enqueue(const std::string& op, nb::handle inputs, nb::handle outputs, nb::handle names, nb::handle options,
+                int32_t process_set_id, intptr_t stream) {
+  const Collective& collective = RequireCollective(op);
+  const std::string input_what = op + " input", output_what = op + " output";
+  Request proto;
+  proto.type = collective.type();
+  ReadOptions(options, proto);
   std::vector<Request> requests;
   std::vector<TensorTableEntry> entries;
-  for (size_t i = 0; i < in.size(); ++i) {
-    requests.push_back(MakeRequest(OpType::ALLGATHER, in[i], names[i], group_id));
-    entries.push_back(MakeEntry(names[i], in[i], TensorView()));
+  auto add = [&](std::string name, TensorView in, TensorView out, int64_t group_id) {
+    Request& request = requests.emplace_back(proto);
+    request.dtype = in.dtype;
+    request.name = name;
+    request.shape = in.shape;
+    request.device = in.device;
+    request.group_id = group_id;
+    TensorTableEntry& entry = entries.emplace_back();
+    entry.name = std::move(name);
+    entry.input = std::move(in);
+    entry.output = std::move(out);
+  };
+  if (!collective.has_tensors()) {
+    Request& request = requests.emplace_back(std::move(proto));
+    request.dtype = DataType::UINT8;
+    request.name = nb::cast<std::string>(names);
+    entries.emplace_back().name = request.name;
+  } else if (nb::isinstance<nb::str>(names)) {
+    TensorView in = ToTensorView(inputs, input_what.c_str());
+    TensorView out = OutputOf(inputs, in, outputs, output_what.c_str());
+    add(nb::cast<std::string>(names), std::move(in), std::move(out), 0);
+  } else {
+    const std::vector<std::string> all = nb::cast<std::vector<std::string>>(names);
+    std::vector<TensorView> in = ToTensorViews(nb::borrow<nb::sequence>(inputs), input_what.c_str());
+    CheckNames(all, in.size());
+    if (!outputs.is_none() && nb::len(outputs) != in.size()) {
+      throw nb::value_error((op + " needs one output per input").c_str());
+    }
+    const int64_t group_id = GroupId(all);
+    requests.reserve(in.size());
+    entries.reserve(in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      nb::handle output = outputs.is_none() ? nb::none() : nb::handle(outputs[i]);
+      TensorView out = OutputOf(inputs[i], in[i], output, output_what.c_str());
+      add(all[i], std::move(in[i]), std::move(out), group_id);
+    }
   }
   return Submit(process_set_id, std::move(requests), std::move(entries), stream);
-}
-
-int64_t EnqueueBroadcast(const nb::sequence& tensors, const std::vector<std::string>& names, int32_t root_rank,
-                         int32_t process_set_id, intptr_t stream) {
-  std::vector<TensorView> views = ToTensorViews(tensors, "broadcast tensor");
-  CheckNames(names, views.size());
-  std::vector<Request> requests;
-  std::vector<TensorTableEntry> entries;
-  for (size_t i = 0; i < views.size(); ++i) {
-    Request request = MakeRequest(OpType::BROADCAST, views[i], names[i], 0);
-    request.root_rank = root_rank;
-    requests.push_back(std::move(request));
-    entries.push_back(MakeEntry(names[i], views[i], views[i]));
-  }
-  return Submit(process_set_id, std::move(requests), std::move(entries), stream);
-}
-
-int64_t EnqueueAlltoall(nb::handle tensor, nb::handle splits, const std::string& name, int32_t process_set_id,
-                        intptr_t stream) {
-  // A scalar is refused at negotiation, like a scalar allgather (spec core.md §6.11).
-  TensorView view = ToTensorView(tensor, "alltoall input");
-  Request request = MakeRequest(OpType::ALLTOALL, view, name, 0);
-  request.splits = ToSplits(splits);
-  return Submit(process_set_id, {request}, {MakeEntry(name, view, TensorView())}, stream);
-}
-
-int64_t EnqueueReducescatter(const nb::sequence& inputs, const std::vector<std::string>& names, int32_t op,
-                             double prescale, double postscale, int32_t process_set_id, intptr_t stream) {
-  std::vector<TensorView> in = ToTensorViews(inputs, "reducescatter input");
-  CheckNames(names, in.size());
-  const int64_t group_id = GroupId(names);
-  std::vector<Request> requests;
-  std::vector<TensorTableEntry> entries;
-  for (size_t i = 0; i < in.size(); ++i) {
-    Request request = MakeRequest(OpType::REDUCESCATTER, in[i], names[i], group_id);
-    request.reduce_op = static_cast<ReduceOp>(op);
-    request.prescale_factor = prescale;
-    request.postscale_factor = postscale;
-    requests.push_back(std::move(request));
-    entries.push_back(MakeEntry(names[i], in[i], TensorView()));
-  }
-  return Submit(process_set_id, std::move(requests), std::move(entries), stream);
-}
-
-// Barrier, join and process set registration: one request without a tensor.
-int64_t EnqueueControl(OpType type, const std::string& name, std::vector<int64_t> args, int32_t process_set_id) {
-  Request request;
-  request.type = type;
-  request.dtype = DataType::UINT8;
-  request.name = name;
-  request.shape = std::move(args);
-  TensorTableEntry entry;
-  entry.name = name;
-  return Submit(process_set_id, {request}, {entry});
 }
 
 std::shared_ptr<HandleState> RequireHandle(int64_t handle) {
@@ -297,7 +250,14 @@ nb::list Wait(int64_t handle) {
 // add_process_set / remove_process_set: negotiated on the global set; blocks with the GIL released.
 int64_t RunControl(OpType type, const std::string& name, std::vector<int64_t> args) {
   std::shared_ptr<Engine> engine = RequireEngine();
-  nb::list result = Wait(EnqueueControl(type, name, std::move(args), 0));
+  Request request;
+  request.type = type;
+  request.dtype = DataType::UINT8;
+  request.name = name;
+  request.shape = std::move(args);
+  TensorTableEntry entry;
+  entry.name = name;
+  nb::list result = Wait(Submit(0, {request}, {entry}));
   return nb::cast<int64_t>(result[0]);
 }
 
@@ -370,28 +330,6 @@ NB_MODULE(_core, m) {
     return LoadGpuOps(&why) != nullptr ? std::string() : why;
   }, "Why GPU tensors cannot be used in this process (\"\" when they can). Loads the NCCL plugin and initialises "
      "CUDA on first call.");
-  m.def("parse_config", [](const std::map<std::string, std::string>& env) {
-    try {
-      Config c = ParseConfig(env);
-      nb::dict d;
-      d["rank"] = c.rank; d["size"] = c.size; d["local_rank"] = c.local_rank; d["local_size"] = c.local_size;
-      d["cross_rank"] = c.cross_rank; d["cross_size"] = c.cross_size; d["hostname"] = c.hostname;
-      d["rendezvous_addr"] = c.rendezvous_addr; d["rendezvous_port"] = c.rendezvous_port;
-      d["gloo_timeout_seconds"] = c.gloo_timeout_seconds; d["elastic"] = c.elastic;
-      d["dynamic_process_sets"] = c.dynamic_process_sets; d["timeline"] = c.timeline;
-      d["backend"] = CpuBackendName(c); d["launched_by_mpi"] = c.launched_by_mpi;
-      return d;
-    } catch (const EngineError& e) {
-      TranslateStatus(e.status());
-    }
-  }, "Parses HOROVOD_* variables given as a dict; raises ValueError naming an invalid variable.");
-  m.def("read_environment", &ReadEnvironment, "The HOROVOD_* variables of the process environment.");
-  m.def("knobs", [] {
-    nb::list rows;
-    for (const Knob& k : Knobs()) rows.append(nb::make_tuple(k.name, k.default_value, k.doc));
-    return rows;
-  }, "Every HOROVOD_* runtime variable as (name, default, description).");
-
   m.def("init", &Init, nb::arg("env"), nb::arg("store").none(), nb::arg("key_prefix"),
         nb::arg("process_sets") = std::vector<std::vector<int>>(), nb::arg("mpi_comm") = 0,
         nb::arg("mpi_ranks") = std::vector<int>());
@@ -411,27 +349,12 @@ NB_MODULE(_core, m) {
   m.def("is_homogeneous", [] { return RequireEngineForQuery()->is_homogeneous(); });
   m.def("backend_name", [] { return std::string(RequireEngineForQuery()->backend_name()); });
 
-  m.def("enqueue_allreduce", &EnqueueAllreduce, nb::arg("inputs"), nb::arg("outputs"), nb::arg("names"),
-        nb::arg("op"), nb::arg("prescale_factor"), nb::arg("postscale_factor"), nb::arg("process_set_id"),
-        nb::arg("stream") = 0, "Queues an allreduce (or Adasum) of `inputs` into `outputs`; returns its handle.");
-  m.def("enqueue_allreduce_one", &EnqueueAllreduceOne, nb::arg("input"), nb::arg("output"), nb::arg("name"),
-        nb::arg("op"), nb::arg("prescale_factor"), nb::arg("postscale_factor"), nb::arg("process_set_id"),
-        nb::arg("stream") = 0,
-        "enqueue_allreduce of one tensor (`output` may be `input`: in place); returns its handle.");
-  m.def("enqueue_allgather", &EnqueueAllgather, nb::arg("inputs"), nb::arg("names"), nb::arg("process_set_id"),
-        nb::arg("stream") = 0, "Queues an allgather of `inputs`; returns its handle.");
-  m.def("enqueue_broadcast", &EnqueueBroadcast, nb::arg("tensors"), nb::arg("names"), nb::arg("root_rank"),
-        nb::arg("process_set_id"), nb::arg("stream") = 0, "Queues an in-place broadcast; returns its handle.");
-  m.def("enqueue_alltoall", &EnqueueAlltoall, nb::arg("tensor"), nb::arg("splits").none(), nb::arg("name"),
-        nb::arg("process_set_id"), nb::arg("stream") = 0, "Queues an alltoall; returns its handle.");
-  m.def("enqueue_reducescatter", &EnqueueReducescatter, nb::arg("inputs"), nb::arg("names"), nb::arg("op"),
-        nb::arg("prescale_factor"), nb::arg("postscale_factor"), nb::arg("process_set_id"), nb::arg("stream") = 0,
-        "Queues a reducescatter of `inputs`; returns its handle.");
-  m.def("enqueue_barrier", [](int32_t process_set_id) {
-    return EnqueueControl(OpType::BARRIER, "barrier.noname", {}, process_set_id);
-  }, nb::arg("process_set_id"), "Queues a barrier; returns its handle.");
-  m.def("enqueue_join", [] { return EnqueueControl(OpType::JOIN, "join.noname", {}, 0); },
-        "Queues a join; returns its handle.");
+  m.def("operations", &CollectiveNames, "The names of the operations enqueue accepts, sorted.");
+  m.def("enqueue", &Enqueue, nb::arg("op"), nb::arg("inputs").none(), nb::arg("outputs").none(), nb::arg("names"),
+        nb::arg("options").none(), nb::arg("process_set_id"), nb::arg("stream") = 0,
+        "Queues the operation `op` (a name of operations()) of `inputs` (one tensor when `names` is a str, else "
+        "one per name) into `outputs` (None: engine-allocated; an output may be its input), with `options` (a dict: "
+        "op, prescale_factor, postscale_factor, root_rank, splits, args); returns its handle.");
   m.def("add_process_set", &AddProcessSet, nb::arg("ranks"),
         "Registers a process set on every rank (collective); its id, or None if it exists.");
   m.def("remove_process_set", &RemoveProcessSet, nb::arg("process_set_id"),
@@ -457,57 +380,7 @@ NB_MODULE(_core, m) {
     auto engine = RequireEngineForQuery();
     Checked([&] { engine->StopTimeline(); });
   });
-  m.def("engine_stats", [] {
-    std::shared_ptr<Engine> engine = RequireEngineForQuery();
-    NegotiationStats s = engine->GlobalStats();
-    nb::dict d;
-    d["cycles"] = s.cycles;
-    d["coordinator_rounds"] = s.coordinator_rounds;
-    d["cache_hits"] = s.cache_hits;
-    d["eager_allreduces"] = s.eager_allreduces;
-    d["negotiation_us"] = s.negotiation_us;
-    d["caller_cycles"] = engine->caller_cycles();
-    d["background_thread_id"] = engine->background_thread_id();
-    d["background_cpu"] = engine->background_cpu();
-    d["shared_memory"] = engine->shared_memory();
-    d["shared_memory_single_copy"] = engine->shared_memory_single_copy();
-    d["local_channels"] = engine->local_channels();
-    Engine::HierarchicalStats h = engine->hierarchical_stats();
-    d["hosts"] = engine->num_hosts();
-    d["hierarchical"] = h.available;
-    d["hierarchical_allreduce"] = h.allreduce;
-    d["hierarchical_allgather"] = h.allgather;
-    d["hierarchical_allreduces"] = h.allreduces;
-    d["hierarchical_allgathers"] = h.allgathers;
-    d["hierarchical_shared_memory"] = h.local_shared_memory;
-    return d;
-  }, "Negotiation counters of the global process set (cycles, coordinator_rounds, cache_hits, negotiation_us, and "
-     "eager_allreduces: allreduces whose data the cache round carried), "
-     "the cycles run by waiting callers instead of the background thread (caller_cycles, HOROVOD_CALLER_EXECUTION), "
-     "the background thread's id (background_thread_id, as in /proc/self/task) and the core it is bound to now "
-     "(background_cpu, -1 when not bound: HOROVOD_THREAD_AFFINITY, HOROVOD_THREAD_FOLLOW_CALLER), "
-     "whether its collectives go through shared memory (shared_memory) and its large allreduces read the peers' "
-     "buffers directly (shared_memory_single_copy); how many peers on this host this rank's Gloo messages reach "
-     "through a shared-memory channel instead of TCP on several hosts (local_channels); the number of hosts the "
-     "ranks are grouped into (hosts, by HOROVOD_HOSTNAME when set), whether the hierarchical collectives were set "
-     "up (hierarchical: several hosts with the same number of ranks each, and hierarchical allreduce/allgather asked "
-     "for or autotuned), whether each is switched on now (hierarchical_allreduce, hierarchical_allgather), how many allreduces/allgathers went that "
-     "way (hierarchical_allreduces, hierarchical_allgathers), and whether their steps within a host use shared "
-     "memory (hierarchical_shared_memory).");
-  m.def("tuned_parameters", [] {
-    TunedParameters p = RequireEngineForQuery()->CurrentParameters();
-    nb::dict d;
-    d["fusion_threshold_bytes"] = p.fusion_threshold_bytes;
-    d["cycle_time_ms"] = p.cycle_time_ms;
-    d["cache_enabled"] = p.cache_enabled;
-    d["hierarchical_allreduce"] = p.hierarchical_allreduce;
-    d["hierarchical_allgather"] = p.hierarchical_allgather;
-    d["torus_allreduce"] = p.torus_allreduce;
-    d["tuning"] = p.tuning;
-    return d;
-  }, "The parameters in force (read-only; HOROVOD_AUTOTUNE changes them): fusion_threshold_bytes, cycle_time_ms, "
-     "cache_enabled, hierarchical_allreduce, hierarchical_allgather, torus_allreduce, and tuning (whether the "
-     "autotuner is still searching).");
+  DefineQueries(m, &RequireEngineForQuery);
   DefineTesting(m);
   m.def("poll", [](int64_t handle) { return RequireHandle(handle)->done(); });
   m.def("wait", &Wait, nb::arg("handle"));

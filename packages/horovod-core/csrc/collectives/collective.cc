@@ -15,12 +15,19 @@ std::map<OpType, std::unique_ptr<Collective>>& Registry() {
   return registry;
 }
 
+// The registry by lower_name() (_core.enqueue looks every submission up by name).
+std::map<std::string, const Collective*, std::less<>>& ByName() {
+  static std::map<std::string, const Collective*, std::less<>> by_name;
+  return by_name;
+}
+
 std::string DeviceName(int32_t device) { return device == kCpuDevice ? "CPU" : "GPU"; }
 
 }  // namespace
 
 bool RegisterCollective(std::unique_ptr<Collective> collective) {
   const OpType type = collective->type();
+  ByName()[collective->lower_name()] = collective.get();
   Registry()[type] = std::move(collective);
   return true;
 }
@@ -32,16 +39,14 @@ std::string Collective::lower_name() const {
 }
 
 const Collective* CollectiveNamed(std::string_view name) {
-  for (const auto& [type, collective] : Registry()) {
-    if (collective->lower_name() == name) return collective.get();
-  }
-  return nullptr;
+  auto& by_name = ByName();
+  auto it = by_name.find(name);
+  return it == by_name.end() ? nullptr : it->second;
 }
 
 std::vector<std::string> CollectiveNames() {
   std::vector<std::string> names;
-  for (const auto& [type, collective] : Registry()) names.push_back(collective->lower_name());
-  std::sort(names.begin(), names.end());
+  for (const auto& [name, collective] : ByName()) names.push_back(name);
   return names;
 }
 

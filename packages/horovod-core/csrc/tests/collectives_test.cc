@@ -248,6 +248,44 @@ TEST_P(Collectives, Broadcast) {
   });
 }
 
+// Reduce to each root in turn, out of place and in place, with scaling: the root gets the
+// reduction, the other ranks' outputs are their inputs.
+TEST_P(Collectives, Reduce) {
+  const std::vector<std::pair<DataType, ReduceOp>> cases = {
+      {DataType::FLOAT32, ReduceOp::SUM}, {DataType::FLOAT32, ReduceOp::AVERAGE}, {DataType::FLOAT64, ReduceOp::MIN},
+      {DataType::INT32, ReduceOp::MAX},   {DataType::INT64, ReduceOp::PRODUCT},
+  };
+  group_->Run([&](int rank, Engine& engine) {
+    for (int root = 0; root < size(); ++root) {
+      for (const auto& [dtype, op] : cases) {
+        for (int64_t count : {int64_t{1}, int64_t{1001}}) {
+          for (bool in_place : {false, true}) {
+            const double prescale = IsFloat(dtype) ? 0.5 : 1.0, postscale = IsFloat(dtype) ? 3.0 : 1.0;
+            const std::string name = "reduce." + std::to_string(root) + "." + DataTypeName(dtype) + "." +
+                                     ReduceOpName(op) + "." + std::to_string(count) + (in_place ? ".in" : ".out");
+            std::vector<char> in(count * DataTypeSize(dtype)), out(in.size());
+            for (int64_t i = 0; i < count; ++i) Store(dtype, in.data(), i, Value(dtype, op, i, rank));
+            char* output = in_place ? in.data() : out.data();
+            Request request = MakeRequest(OpType::REDUCE, name, dtype, {count});
+            request.reduce_op = op;
+            request.root_rank = root;
+            request.prescale_factor = prescale;
+            request.postscale_factor = postscale;
+            auto state = SubmitAndWait(engine, {request}, {MakeEntry(name, in.data(), output, dtype, {count})});
+            ExpectOk(*state, name);
+            for (int64_t i = 0; i < count; ++i) {
+              const double expected = rank == root ? Expected(dtype, op, i, size(), prescale, postscale)
+                                                   : Value(dtype, op, i, rank);
+              ExpectClose(dtype, expected, Load(dtype, output, i), name + " element " + std::to_string(i));
+              if (!in_place) ASSERT_EQ(Load(dtype, in.data(), i), Value(dtype, op, i, rank)) << name << " input";
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST_P(Collectives, Alltoall) {
   group_->Run([&](int rank, Engine& engine) {
     for (int64_t width : {1, 5, 2000}) {

@@ -107,25 +107,60 @@ def in_flight(handle):
 
 
 
+def operations():
+    """The names of the operations ``submit`` accepts (the engine's registered collectives), sorted:
+    ``['add_process_set', 'adasum', 'allgather', 'allreduce', ...]``."""
+    return _core.operations()
+
+
+def submit(op, inputs, names, outputs=None, options=None, process_set_id=0, stream=0, context=None):
+    """Queues one operation in the engine; every framework package submits through here (the
+    ``*_async`` functions below are its operations, named).
+
+    Args:
+        op: str, a name of ``operations()`` (``'allreduce'``, ``'reduce'``, ...).
+        inputs: one DLPack tensor when ``names`` is a str, else a sequence of them, one per name
+            (negotiated and executed together as a group when there are several); None for the
+            operations without tensors (``'barrier'``, ``'join'``).
+        names: str (one tensor, or the one name of an operation without tensors) or a list of str:
+            the engine's names of the tensors (``op_name``/``op_names``).
+        outputs: None (the engine allocates each output; ``wait`` returns them), or the output of
+            the one tensor / a sequence with one output per input, each of the input's dtype and
+            shape or the input itself (in place).
+        options: None or a dict of what the operation reads: ``op`` (int, hvd.Average ...
+            hvd.Product), ``prescale_factor`` and ``postscale_factor`` (float), ``root_rank``
+            (int, a global rank), ``splits`` (alltoall), ``args`` (list of int, operations
+            without tensors). An unknown key raises ValueError.
+        process_set_id, stream: as in this module's docstring.
+        context: any object kept with the operation until ``wait`` (``context(handle)``).
+
+    The tensors (and outputs) are kept alive until ``wait``. Returns the handle. Raises
+    ValueError for an unknown operation or option and as the operation's checks say;
+    HorovodInternalError when Horovod is not running."""
+    handle = _core.enqueue(op, inputs, outputs, names, options, process_set_id, stream)
+    if inputs is not None:
+        _in_flight[handle] = ((inputs, outputs, options), context)
+    return handle
+
+
 def allreduce_async(inputs, outputs, names, op, prescale_factor=1.0, postscale_factor=1.0,
                     process_set_id=0, stream=0, context=None):
     """Queues an allreduce of ``inputs`` (a group, negotiated and executed together, when there
     are several) into ``outputs`` (``outputs[i]`` may be ``inputs[i]``: in place).
 
     ``result = postscale_factor * REDUCE_ranks(prescale_factor * x)``; ``op`` is Average (0, Sum
-    then division by the process set size), Sum (1), Min (3), Max (4) or Product (5). Inputs and
-    outputs must match in dtype and shape. A rank that has joined contributes zeros. Returns
-    its handle; ``wait`` returns ``[None] * len(inputs)``."""
-    handle = _core.enqueue_allreduce(inputs, outputs, names, op, prescale_factor, postscale_factor,
-                                     process_set_id, stream)
-    _in_flight[handle] = ((inputs, outputs), context)
-    return handle
+    then division by the process set size), Sum (1), Adasum (2), Min (3), Max (4) or Product (5).
+    Inputs and outputs must match in dtype and shape. A rank that has joined contributes zeros.
+    Returns its handle; ``wait`` returns ``[None] * len(inputs)``."""
+    return submit(allreduce_operation(op), inputs, names, outputs,
+                  {'op': op, 'prescale_factor': prescale_factor, 'postscale_factor': postscale_factor},
+                  process_set_id, stream, context)
 
 
 def allreduce_one_async(input, output, name, op, prescale_factor=1.0, postscale_factor=1.0, process_set_id=0,
                         stream=0, context=None):
     """``allreduce_async([input], [output], [name], ...)`` without the lists: one tensor, the call
-    a training step makes per gradient (issue 23: about 0.5 us less per call from PyTorch).
+    a training step makes per gradient.
 
     Args:
         input: a C-contiguous DLPack tensor or capsule (or buffer-protocol array), CPU or CUDA, of
@@ -139,10 +174,36 @@ def allreduce_one_async(input, output, name, op, prescale_factor=1.0, postscale_
     Returns the handle; ``wait`` returns ``[None]``. Raises ValueError and HorovodInternalError
     as ``allreduce_async`` does (a name in flight, an unknown op, a non-contiguous or non-tensor
     argument, an unknown set; Horovod not running)."""
-    handle = _core.enqueue_allreduce_one(input, output, name, op, prescale_factor, postscale_factor,
-                                         process_set_id, stream)
-    _in_flight[handle] = ((input, output), context)
-    return handle
+    return submit(allreduce_operation(op), input, name, output,
+                  {'op': op, 'prescale_factor': prescale_factor, 'postscale_factor': postscale_factor},
+                  process_set_id, stream, context)
+
+
+# hvd.Adasum: the allreduce whose reduction is adaptive summation, its own collective.
+_ADASUM = 2
+
+
+def allreduce_operation(op):
+    """The engine's operation of an allreduce with reduce op ``op`` (an int, hvd.Average ...):
+    ``'adasum'`` for hvd.Adasum, ``'allreduce'`` otherwise."""
+    return 'adasum' if op == _ADASUM else 'allreduce'
+
+
+def reduce_async(input, output, name, root_rank, op, prescale_factor=1.0, postscale_factor=1.0,
+                 process_set_id=0, stream=0, context=None):
+    """Queues a reduce of ``input`` to ``root_rank`` (a global rank, a member of the set) into
+    ``output`` (the input's dtype, shape and device, or ``input`` itself: in place).
+
+    On the root, ``output = postscale_factor * REDUCE_ranks(prescale_factor * x)`` with ``op``
+    Average (0), Sum (1), Min (3), Max (4) or Product (5), as for ``allreduce_async``; on every
+    other rank ``output`` is a copy of ``input`` (unchanged when in place). Raises ValueError at
+    once for a root outside the set, Adasum, or an output that does not match; ranks that disagree
+    on shape, dtype, op, scaling or root fail in ``wait`` with HorovodInternalError, as does a
+    reduce while a rank has joined. Returns its handle; ``wait`` returns ``[None]``."""
+    return submit('reduce', input, name, output,
+                  {'op': op, 'prescale_factor': prescale_factor, 'postscale_factor': postscale_factor,
+                   'root_rank': root_rank},
+                  process_set_id, stream, context)
 
 
 def allgather_async(inputs, names, process_set_id=0, stream=0, context=None):
@@ -150,18 +211,14 @@ def allgather_async(inputs, names, process_set_id=0, stream=0, context=None):
     concatenated along dimension 0 in set-rank order (first dimensions may differ between ranks;
     the others must agree; scalars are refused at negotiation). ``wait`` returns one
     engine-allocated array per input. Returns its handle."""
-    handle = _core.enqueue_allgather(inputs, names, process_set_id, stream)
-    _in_flight[handle] = ((inputs,), context)
-    return handle
+    return submit('allgather', inputs, names, None, None, process_set_id, stream, context)
 
 
 def broadcast_async(tensors, names, root_rank, process_set_id=0, stream=0, context=None):
     """Queues a broadcast of the root's ``tensors`` into the other ranks' ``tensors`` (in place;
     the root's data is unchanged). ``root_rank`` is a global rank and must belong to the set.
     Returns its handle; ``wait`` returns ``[None] * len(tensors)``."""
-    handle = _core.enqueue_broadcast(tensors, names, root_rank, process_set_id, stream)
-    _in_flight[handle] = ((tensors,), context)
-    return handle
+    return submit('broadcast', tensors, names, tensors, {'root_rank': root_rank}, process_set_id, stream, context)
 
 
 def alltoall_async(tensor, splits, name, process_set_id=0, stream=0, context=None):
@@ -175,9 +232,7 @@ def alltoall_async(tensor, splits, name, process_set_id=0, stream=0, context=Non
     ``wait`` returns ``[output, received_splits]``: the received blocks concatenated in sender
     order, and a 1-D int32 array of the rows received from each member. Raises ValueError at once
     for invalid splits. Returns its handle."""
-    handle = _core.enqueue_alltoall(tensor, splits, name, process_set_id, stream)
-    _in_flight[handle] = ((tensor, splits), context)
-    return handle
+    return submit('alltoall', tensor, name, None, {'splits': splits}, process_set_id, stream, context)
 
 
 def reducescatter_async(inputs, names, op, prescale_factor=1.0, postscale_factor=1.0,
@@ -186,23 +241,22 @@ def reducescatter_async(inputs, names, op, prescale_factor=1.0, postscale_factor
     reduction (``op``: Average (0) or Sum (1); any other op raises HorovodInternalError at once)
     split along dimension 0, set member ``r`` receiving ``dim0 // n + (r < dim0 % n)`` rows.
     ``wait`` returns one engine-allocated array per input. Returns its handle."""
-    handle = _core.enqueue_reducescatter(inputs, names, op, prescale_factor, postscale_factor,
-                                         process_set_id, stream)
-    _in_flight[handle] = ((inputs,), context)
-    return handle
+    return submit('reducescatter', inputs, names, None,
+                  {'op': op, 'prescale_factor': prescale_factor, 'postscale_factor': postscale_factor},
+                  process_set_id, stream, context)
 
 
 def barrier_async(process_set_id=0):
     """Queues a barrier over the set's ranks; ``wait`` returns ``[]`` once every member has
     reached it. Returns its handle."""
-    return _core.enqueue_barrier(process_set_id)
+    return submit('barrier', None, 'barrier.noname', process_set_id=process_set_id)
 
 
 def join_async():
     """Queues a join on the global set: this rank has no more data. Until every rank has joined,
     this rank contributes zeros to the allreduces the others submit. ``wait`` returns ``[last]``,
     the global rank (a Python int) that joined last. Returns its handle."""
-    return _core.enqueue_join()
+    return submit('join', None, 'join.noname')
 
 
 def join():
