@@ -15,6 +15,9 @@ after the work queued on the tensor's current CUDA stream when it was submitted;
 ready for work queued on that stream once :func:`synchronize` returns.
 """
 
+import functools
+
+from horovod.common import dtypes as _dtypes
 from horovod.common import ops as _ops
 from horovod.common.api import *  # noqa: F403 (hvd.size, hvd.Average, hvd.ProcessSet, ...: api.__all__)
 from horovod.common.api import (  # noqa: F401 (used here, or only in mpi_ops: is_homogeneous)
@@ -36,12 +39,22 @@ import torch
 # stops (horovod.common.basics).
 _handle_map = _ops._in_flight
 
-_REDUCE_DTYPES = (torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
-                  torch.float64)
-_MOVE_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-                torch.bfloat16, torch.float32, torch.float64, torch.bool)
+_REDUCE_DTYPES = _dtypes.of(torch, 'int32 int64 float16 bfloat16 float32 float64')
+_MOVE_DTYPES = _dtypes.of(torch, 'uint8 int8 int16 int32 int64 float16 bfloat16 float32 float64 bool')
 _REDUCE_OPS = (Average, Sum, Min, Max, Product)
 _STRIDED = torch.strided
+
+
+def _synchronized(start):
+    """The blocking forms, one decorator line each: the decorated def gives the signature and the
+    docstring (what help() and the docs show), and its call is ``synchronize(start(...))`` with
+    the same arguments; ``start`` is its ``*_async`` form, whose parameters it has, in order."""
+    def make(declared):
+        @functools.wraps(declared)
+        def blocking(*args, **kwargs):
+            return synchronize(start(*args, **kwargs))
+        return blocking
+    return make
 
 
 def init(*args, **kwargs):
@@ -283,6 +296,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                              postscale_factor, process_set, grouped=False)
 
 
+@_synchronized(allreduce_async_)
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """In-place allreduce of ``tensor``; blocks until done and returns ``tensor``.
@@ -296,9 +310,6 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
         average, name, op, prescale_factor, postscale_factor, process_set: as for
             :func:`allreduce_async`.
     """
-    handle = allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                              process_set)
-    return synchronize(handle)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -345,6 +356,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              op, prescale_factor, postscale_factor, process_set, grouped=True)
 
 
+@_synchronized(grouped_allreduce_async_)
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
     """In-place grouped allreduce; blocks until done and returns the list of input tensors.
@@ -357,9 +369,6 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
         average, name, op, prescale_factor, postscale_factor, process_set: as for
             :func:`allreduce_async`.
     """
-    handle = grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                      postscale_factor, process_set)
-    return synchronize(handle)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -441,6 +450,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     return _submit_broadcast(tensor, tensor, root_rank, name, process_set)
 
 
+@_synchronized(broadcast_async_)
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast from ``root_rank``; blocks until done and returns ``tensor``.
 
@@ -451,7 +461,62 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
         tensor: the tensor written in place on the non-root ranks, as for :func:`broadcast_async`.
         root_rank, name, process_set: as for :func:`broadcast_async`.
     """
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def reduce_async(tensor, root_rank, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                 process_set=global_process_set):
+    """Starts a reduce of ``tensor`` to ``root_rank`` into a new tensor; returns a handle at once.
+
+    On the root the result is ``postscale_factor * REDUCE_over_ranks(prescale_factor * tensor)``,
+    as for :func:`allreduce_async` (``Average`` is the sum divided by the number of ranks in
+    ``process_set``); on every other rank it is a copy of ``tensor`` (torch.distributed.reduce
+    leaves it unspecified). Every rank of the set must submit a tensor of the same shape and dtype
+    under the same name, with the same op, scale factors and root.
+
+    Args:
+        tensor: a contiguous CPU or CUDA tensor of dtype int32, int64, float16, bfloat16, float32 or
+            float64, any shape (scalars allowed).
+        root_rank: the global rank that receives the reduction; it must belong to ``process_set``.
+        name: a name unique among the operations in flight, the same on every rank; default: an
+            automatic name ``reduce.noname.<k>``.
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product`` (not ``Adasum``).
+        prescale_factor: factor applied to the input before the reduction.
+        postscale_factor: factor applied to the result after the reduction (on the root).
+        process_set: the ``ProcessSet`` to reduce over (default: all ranks).
+
+    Returns:
+        int handle; :func:`synchronize` returns the result tensor (shape and dtype of ``tensor``).
+
+    Raises:
+        ValueError: unsupported dtype or device, non-contiguous tensor, a root that is not an int
+            or not in the set, ``Adasum`` or an unknown op, a name already in flight, an
+            unregistered process set.
+        HorovodInternalError: from :func:`synchronize` when ranks disagree on shape, dtype, op,
+            scale factors or root, or a rank has joined; Horovod not running.
+    """
+    _check_tensor(tensor, _REDUCE_DTYPES, 'reduce')
+    if isinstance(root_rank, bool) or not isinstance(root_rank, int):
+        raise ValueError(f'root_rank must be an int (a global rank), got {root_rank!r}.')
+    set_id = _process_set_id(process_set)
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _ops.reduce_async(_export(tensor), _export(output), _ops.op_name('reduce', name, set_id), root_rank,
+                             op, float(prescale_factor), float(postscale_factor), set_id, _stream([tensor]),
+                             context=((tensor,), output))
+
+
+@_synchronized(reduce_async)
+def reduce(tensor, root_rank, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+           process_set=global_process_set):
+    """Reduce of ``tensor`` to ``root_rank``; blocks until done and returns a new tensor.
+
+    Same arguments, result and errors as :func:`reduce_async`; engine failures raise
+    ``HorovodInternalError``. Not differentiable.
+
+    Args:
+        tensor: the tensor to reduce, as for :func:`reduce_async`.
+        root_rank, name, op, prescale_factor, postscale_factor, process_set: as for
+            :func:`reduce_async`.
+    """
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
