@@ -36,6 +36,7 @@ from horovod.mxnet.mpi_ops import (  # noqa: E402
     grouped_allreduce_,
     grouped_reducescatter,
     init,
+    reduce,
     reducescatter,
     shutdown,
 )
@@ -58,6 +59,7 @@ __all__ = [
     'grouped_allreduce_',
     'grouped_reducescatter',
     'init',
+    'reduce',
     'reducescatter',
     'shutdown',
     'DistributedOptimizer',

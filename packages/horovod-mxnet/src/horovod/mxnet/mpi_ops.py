@@ -22,6 +22,7 @@ lost peer raises ``HorovodInternalError`` (a ``RuntimeError``) on every rank.
 
 import numpy as np
 
+from horovod.common import dtypes as _dtypes
 from horovod.common import ops as _ops
 from horovod.common.api import *  # noqa: F403 (hvd.size, hvd.Average, hvd.ProcessSet, ...: api.__all__)
 from horovod.common.api import (  # noqa: F401 (used here, or only in mpi_ops: is_homogeneous)
@@ -34,11 +35,9 @@ from horovod.mxnet import _dlpack
 import mxnet as mx
 
 # MXNet 1.x has no int16, uint16 or (in numpy) bfloat16 arrays.
-_REDUCE_DTYPES = tuple(np.dtype(d) for d in
-                       ('uint8', 'int8', 'int32', 'int64', 'float16', 'float32', 'float64'))
-_MOVE_DTYPES = _REDUCE_DTYPES + (np.dtype('bool'),)
-_REDUCESCATTER_DTYPES = tuple(np.dtype(d) for d in
-                              ('int32', 'int64', 'float16', 'float32', 'float64'))
+_REDUCE_DTYPES = _dtypes.of(np.dtype, 'uint8 int8 int32 int64 float16 float32 float64')
+_MOVE_DTYPES = _REDUCE_DTYPES + _dtypes.of(np.dtype, 'bool')
+_REDUCESCATTER_DTYPES = _dtypes.of(np.dtype, 'int32 int64 float16 float32 float64')
 _REDUCE_OPS = (Average, Sum, Min, Max, Product)
 
 
@@ -405,6 +404,49 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
     _check_priority(priority)
     _wait(_start_broadcast(tensor, tensor, root_rank, name, process_set))
     return tensor
+
+
+def reduce(tensor, root_rank, name=None, priority=0, op=Average, prescale_factor=1.0,
+           postscale_factor=1.0, process_set=global_process_set):
+    """The reduction of ``tensor`` over the ranks of ``process_set`` on ``root_rank``, in a new
+    NDArray.
+
+    On the root the result is ``postscale_factor * REDUCE_over_ranks(prescale_factor * tensor)``
+    (``Average``: the sum divided by the set's size; integer dtypes truncate); on every other rank
+    it is a copy of ``tensor``. Every rank must submit the same shape, dtype, op, scale factors
+    and root under the same name.
+
+    Args:
+        tensor: a dense CPU NDArray of dtype uint8, int8, int32, int64, float16, float32 or
+            float64, any shape.
+        root_rank: the global rank (int) that receives the reduction; it must belong to the set.
+        name: a name unique among the operations in flight, the same on every rank; default: an
+            automatic name ``horovod_reduce.noname.<k>``.
+        priority: accepted for upstream compatibility; must be an int, otherwise ignored.
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product`` (not ``Adasum``).
+        prescale_factor: factor applied to the input before the reduction.
+        postscale_factor: factor applied to the result after the reduction (on the root).
+        process_set: the ``ProcessSet`` to reduce over (default: all ranks).
+
+    Raises:
+        ValueError: unsupported dtype or context, a root that is not an int or not in the set, an
+            unknown op or Adasum, a name in flight, an unregistered process set or this rank not
+            in it.
+        HorovodInternalError: ranks disagree on shape, dtype, op, scale factors or root; Horovod
+            is not running; a peer was lost.
+    """
+    _check_array(tensor, _REDUCE_DTYPES, 'reduce')
+    _check_priority(priority)
+    if isinstance(root_rank, bool) or not isinstance(root_rank, int):
+        raise ValueError(f'root_rank must be an int (a global rank), got {root_rank!r}.')
+    if op not in _REDUCE_OPS:
+        raise ValueError(f'reduce supports op=hvd.Average, Sum, Min, Max and Product, got {op!r}.')
+    set_id = _process_set_id(process_set)
+    output = _empty_like(tensor)
+    name, = _engine_names('reduce', name, set_id)
+    _wait(_ops.reduce_async(_dlpack.for_read(tensor), _dlpack.for_write(output), name, root_rank, op,
+                            float(prescale_factor), float(postscale_factor), set_id, context=(tensor, output)))
+    return output
 
 
 class AlltoallArgumentError(ValueError, mx.base.MXNetError):
