@@ -51,7 +51,7 @@ class DeviceExecutor {
   // makes the inputs ready to read (GPU: waits for the framework's stream events), afterwards makes
   // the results visible to the framework before returning (GPU: the framework's streams wait for
   // Horovod's, and this thread waits for Horovod's stream, so that a failed kernel or collective
-  // throws here). GPU failures are thrown as GpuError.
+  // throws here). GPU failures are thrown as GpuError (gpu_error.h).
   virtual void Run(const std::vector<TensorTableEntry*>& entries, const std::function<void()>& body) = 0;
 
   // All `copies` (one kernel launch where the device batches them). Copies onto themselves are
