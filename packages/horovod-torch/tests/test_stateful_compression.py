@@ -51,7 +51,7 @@ def test_powersgd_is_exact_on_low_rank_gradients(job, dtype_name, tol):
 
 def training_worker(kind, steps, checkpoint_at=None):
     """A linear model W (8 x 6) trained by SGD, one sample per rank and step, its gradient
-    combined by ``kind`` (none, powersgd, topk, topk-no-feedback). With ``checkpoint_at``, the
+    combined by ``kind`` (none, powersgd, topk). With ``checkpoint_at``, the
     compressor's state is saved at that step and loaded into a new compressor that goes on."""
     import horovod.torch as hvd
     from horovod.torch.stateful_compression import PowerSGD, TopK
@@ -61,8 +61,7 @@ def training_worker(kind, steps, checkpoint_at=None):
     w = torch.zeros(8, 6, dtype=torch.float64, requires_grad=True)
     make = {"none": lambda: None,
             "powersgd": lambda: PowerSGD(rank=hvd.size() + 1, start_iter=5, min_compression_rate=1.0),
-            "topk": lambda: TopK(ratio=0.1),
-            "topk-no-feedback": lambda: TopK(ratio=0.1, error_feedback=False)}[kind]
+            "topk": lambda: TopK(ratio=0.1)}[kind]
     compressor = make()
     generator = torch.Generator().manual_seed(1)
     losses = []
@@ -107,12 +106,43 @@ def test_checkpointed_state_continues_identically(job, kind):
         np.testing.assert_array_equal(w, w_resumed)
 
 
-def test_topk_error_feedback_helps(job):
-    """Top-10 % with error feedback ends closer to the target than without."""
-    plain = job("none.100")[1][0][1][-1]
-    feedback = job("topk.100")[1][0][1][-1]
-    no_feedback = job("topk-no-feedback.100")[1][0][1][-1]
-    assert feedback < no_feedback, (plain, feedback, no_feedback)
+def digits_worker(steps=300, ratio=0.1):
+    """The digits model (scikit-learn's 8 x 8 digits, an MLP 64-64-10), trained by
+    hvd.DistributedOptimizer(SGD) on full-batch gradients of each rank's half of the images, from the
+    same initial parameters: uncompressed, with top-k and error feedback, and with top-k without it.
+    Returns each one's final loss over all the images."""
+    from sklearn.datasets import load_digits
+
+    import horovod.torch as hvd
+    hvd.init()
+    digits = load_digits()
+    x = torch.tensor(digits.data / 16.0, dtype=torch.float32)
+    y = torch.tensor(digits.target)
+    mine_x, mine_y = x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()]
+    compressions = {"none": lambda: hvd.Compression.none, "feedback": lambda: hvd.TopK(ratio=ratio),
+                    "no feedback": lambda: hvd.TopK(ratio=ratio, error_feedback=False)}
+    final = {}
+    for kind, make in compressions.items():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                             named_parameters=model.named_parameters(), compression=make())
+        for _ in range(steps):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(mine_x), mine_y).backward()
+            optimizer.step()
+        with torch.no_grad():
+            final[kind] = float(torch.nn.functional.cross_entropy(model(x), y))
+    return final
+
+
+def test_topk_error_feedback_reaches_the_uncompressed_loss(job):
+    """On the digits model, 300 steps of top-10 % with error feedback end within 1 % of the
+    uncompressed loss; without error feedback measurably worse (over 10 %; measured: 0.0794 and
+    0.0955 against 0.0790)."""
+    final = job("digits")[1][0]
+    assert final["feedback"] <= 1.01 * final["none"], final
+    assert final["no feedback"] > 1.1 * final["none"], final
 
 
 def topk_worker():
@@ -210,14 +240,14 @@ job = job_fixture({
     "powersgd.100.resumed": lambda: training_worker("powersgd", 100, 30),
     "topk.100": lambda: training_worker("topk", 100),
     "topk.100.resumed": lambda: training_worker("topk", 100, 30),
-    "topk-no-feedback.100": lambda: training_worker("topk-no-feedback", 100),
+    "digits": digits_worker,
     "optimizer.none": lambda: optimizer_worker("none"),
     "optimizer.powersgd": lambda: optimizer_worker("powersgd"),
     "optimizer.powersgd.resumed": lambda: optimizer_worker("powersgd", checkpoint_at=40),
     "optimizer.none.passes2": lambda: optimizer_worker("none", steps=50, passes=2),
     "optimizer.powersgd.passes2": lambda: optimizer_worker("powersgd", steps=50, passes=2),
     "elastic.sync": elastic_sync_worker,
-}, sizes=(2,))
+}, sizes=(2,), timeout=300)
 
 
 @pytest.mark.parametrize("variant", ["", ".passes2"])
