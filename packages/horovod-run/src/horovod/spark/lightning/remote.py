@@ -19,7 +19,7 @@ def trainer(spec, settings):
 
         import horovod.torch as hvd
         from horovod.lightning import HorovodStrategy
-        from horovod.spark.torch.estimator import to_tensors
+        from horovod.spark.torch.remote import to_tensors
 
         hvd.init()
         torch.set_num_threads(1)
