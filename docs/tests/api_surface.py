@@ -39,6 +39,7 @@ PUBLIC_MODULES = [
     "horovod.common.exceptions",
     "horovod.torch",
     "horovod.torch.elastic",
+    "horovod.torch.compression",
     "horovod.tensorflow",
     "horovod.tensorflow.elastic",
     "horovod.tensorflow.keras",

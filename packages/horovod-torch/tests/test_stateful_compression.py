@@ -231,6 +231,28 @@ def elastic_sync_worker():
     return had_residuals, compressor.step, {k: v.numpy() for k, v in compressor.q.items()}, dict(compressor.residuals)
 
 
+def cast_worker():
+    """Cast(bf16).reduce and hvd.allreduce of the bfloat16 casts agree; the optimizer takes a Cast;
+    horovod.torch.compression exports the compressors with state."""
+    import horovod.torch as hvd
+    from horovod.torch.compression import Cast, PowerSGD, StatefulCompressor, TopK
+    hvd.init()
+    assert PowerSGD is hvd.PowerSGD and TopK is hvd.TopK and issubclass(Cast, StatefulCompressor)
+    generator = torch.Generator().manual_seed(hvd.rank())
+    grads = [("w", torch.randn(5, 3, generator=generator)), ("b", torch.randn(5, generator=generator))]
+    cast = Cast(hvd.Compression.bf16)
+    reduced = cast.reduce(grads, op=hvd.Sum)
+    direct = [hvd.allreduce(g.to(torch.bfloat16), op=hvd.Sum, name=f"direct.{name}").float() for name, g in grads]
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 5)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters(), compression=Cast(hvd.Compression.bf16))
+    model(torch.randn(4, 3, generator=generator)).sum().backward()
+    optimizer.step()
+    return ([r.dtype == torch.float32 for r in reduced], [torch.equal(r, d) for r, d in zip(reduced, direct)],
+            cast.state_dict(), [p.detach().numpy().copy() for p in model.parameters()])
+
+
 # One job of 2 ranks runs every body; each test checks its part.
 job = job_fixture({
     "lowrank.float64": lambda: lowrank_worker("float64"),
@@ -241,6 +263,7 @@ job = job_fixture({
     "topk.100": lambda: training_worker("topk", 100),
     "topk.100.resumed": lambda: training_worker("topk", 100, 30),
     "digits": digits_worker,
+    "cast": cast_worker,
     "optimizer.none": lambda: optimizer_worker("none"),
     "optimizer.powersgd": lambda: optimizer_worker("powersgd"),
     "optimizer.powersgd.resumed": lambda: optimizer_worker("powersgd", checkpoint_at=40),
@@ -281,6 +304,14 @@ def test_elastic_sync_shares_factors_and_zeroes_residuals(job):
     np.testing.assert_array_equal(q0["weight"], q1["weight"])
 
 
+def test_cast_is_a_compressor_in_the_same_interface(job):
+    results = job("cast")[1]
+    for dtypes_kept, equal, state, _ in results:
+        assert dtypes_kept == [True, True] and equal == [True, True] and state == {"step": 1}
+    for got, want in zip(results[1][3], results[0][3], strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_arguments_are_checked():
     from horovod.torch.stateful_compression import PowerSGD, TopK
     for bad in ({"rank": 0}, {"start_iter": -1}, {"min_compression_rate": 0.5}):
@@ -288,3 +319,6 @@ def test_arguments_are_checked():
             PowerSGD(**bad)
     with pytest.raises(ValueError):
         TopK(ratio=0)
+    from horovod.torch.compression import Cast
+    with pytest.raises(ValueError):
+        Cast("bf16")

@@ -11,12 +11,33 @@ class Compressor:
 
     @staticmethod
     def compress(tensor):
-        """Returns ``(compressed_tensor, ctx)``; ``ctx`` is what ``decompress`` needs."""
+        """Compresses a tensor before the collective.
+
+        Args:
+            tensor: the framework's tensor (any shape and dtype).
+
+        Returns:
+            ``(compressed_tensor, ctx)``; ``ctx`` is what ``decompress`` needs.
+
+        Raises:
+            NotImplementedError: always; a compressor overrides it.
+        """
         raise NotImplementedError
 
     @staticmethod
     def decompress(tensor, ctx):
-        """Returns the tensor restored from ``tensor`` and the ``ctx`` of ``compress``."""
+        """Restores a tensor after the collective.
+
+        Args:
+            tensor: the collective's result on the compressed tensor.
+            ctx: what ``compress`` returned with it.
+
+        Returns:
+            The restored tensor.
+
+        Raises:
+            NotImplementedError: always; a compressor overrides it.
+        """
         raise NotImplementedError
 
 
@@ -30,7 +51,12 @@ class NoneCompressor(Compressor):
 
     @staticmethod
     def decompress(tensor, ctx):
-        """Returns ``tensor``."""
+        """Returns ``tensor`` unchanged.
+
+        Args:
+            tensor: the collective's result.
+            ctx: ``None``, from ``compress``; unused.
+        """
         return tensor
 
 

@@ -1,5 +1,7 @@
-"""Gradient compression applied around an allreduce to reduce the bytes sent between ranks (the
-framework-neutral part is ``horovod.common.compression``)."""
+"""Gradient compression: fewer bytes sent between ranks. The casts (``Compression.fp16``,
+``Compression.bf16``) are applied around each allreduce (their framework-neutral part is
+``horovod.common.compression``); the compressors with state (``PowerSGD``, ``TopK``, from
+``horovod.torch.stateful_compression``) combine all the gradients of a step."""
 
 import torch
 
@@ -27,8 +29,8 @@ class BF16Compressor(_TorchCasts, _common.BF16Compressor):
     """Sends floating-point tensors as bfloat16, halving the bytes of float32 gradients.
 
     Float32's exponent range is kept (no overflow), with about two to three decimal digits; the
-    ranks' values are summed in float32 and rounded once per element pair to bfloat16 (round to
-    nearest even). Non-floating-point tensors are sent unchanged, with ``ctx`` None.
+    ranks' values are summed in float32 and rounded once to bfloat16 (round to nearest even;
+    docs/compression.md). Non-floating-point tensors are sent unchanged, with ``ctx`` None.
     """
 
     _wire_dtype = torch.bfloat16
@@ -40,3 +42,8 @@ class Compression(_common.Compression):
 
     fp16 = FP16Compressor
     bf16 = BF16Compressor
+
+
+# The compressors with state, built on the collectives of mpi_ops (which imports nothing of this
+# module: no import circle).
+from horovod.torch.stateful_compression import Cast, PowerSGD, StatefulCompressor, TopK  # noqa: E402,F401

@@ -25,7 +25,9 @@ from horovod.common.api import (  # noqa: F401 (used here, or only in mpi_ops: i
     handle_average_backwards_compatibility, is_homogeneous, rank, size,
 )
 from horovod.common.process_sets import _registered_id as _process_set_id, check_adasum_process_set
-from horovod.torch.compression import Compression
+# The casts live in horovod.torch.compression, which also exports the compressors with state that
+# are built on these collectives: only the default is needed here.
+from horovod.common.compression import NoneCompressor
 
 import torch
 
@@ -858,7 +860,7 @@ class HorovodAllreduce(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+def allreduce(tensor, average=None, name=None, compression=NoneCompressor, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Allreduce of ``tensor`` into a new tensor; blocks until done. Differentiable.
 
@@ -869,7 +871,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     Args:
         tensor, average, name, op, prescale_factor, postscale_factor, process_set: as for
             :func:`allreduce_async`.
-        compression: ``Compression.none`` (default) or ``Compression.fp16``.
+        compression: ``Compression.none`` (default), ``Compression.fp16`` or ``Compression.bf16``.
 
     Returns:
         torch.Tensor of the shape and dtype of ``tensor``.
@@ -906,14 +908,15 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
         return (None, None, None, None, None, *grads)
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+def grouped_allreduce(tensors, average=None, name=None, compression=NoneCompressor, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Grouped allreduce of a list of tensors into new tensors; blocks. Differentiable.
 
     Args:
         tensors, average, name, op, prescale_factor, postscale_factor, process_set: as for
             :func:`grouped_allreduce_async`.
-        compression: ``Compression.none`` (default) or ``Compression.fp16``, applied per tensor.
+        compression: ``Compression.none`` (default), ``Compression.fp16`` or ``Compression.bf16``,
+            applied per tensor.
 
     Returns:
         list of torch.Tensor, one per input, each of its input's shape and dtype.
@@ -1134,7 +1137,7 @@ class HorovodReducescatter(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
-def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+def reducescatter(tensor, name=None, compression=NoneCompressor, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatter of ``tensor``; blocks until done. Differentiable.
 
@@ -1145,7 +1148,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     Args:
         tensor, name, op, process_set, prescale_factor, postscale_factor: as for
             :func:`reducescatter_async`.
-        compression: ``Compression.none`` (default) or ``Compression.fp16``.
+        compression: ``Compression.none`` (default), ``Compression.fp16`` or ``Compression.bf16``.
 
     Returns:
         torch.Tensor: this rank's rows of the reduction, shape ``[rows_r] + tensor.shape[1:]``.
@@ -1178,7 +1181,7 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
         return (None, None, None, None, None, *grads)
 
 
-def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+def grouped_reducescatter(tensors, name=None, compression=NoneCompressor, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     """Grouped reducescatter of a list of tensors; blocks. Differentiable.
@@ -1186,7 +1189,8 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     Args:
         tensors, name, op, process_set, prescale_factor, postscale_factor: as for
             :func:`grouped_reducescatter_async`.
-        compression: ``Compression.none`` (default) or ``Compression.fp16``, applied per tensor.
+        compression: ``Compression.none`` (default), ``Compression.fp16`` or ``Compression.bf16``,
+            applied per tensor.
 
     Returns:
         list of torch.Tensor, one per input, as for :func:`reducescatter`.

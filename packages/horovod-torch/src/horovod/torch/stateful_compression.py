@@ -10,8 +10,9 @@ point (warm start). ``state_dict``/``load_state_dict`` save and restore it; afte
 world size (an elastic reset) ``reset_residuals`` zeroes the residuals on every rank, since the
 residuals of ranks that left are lost and the others would otherwise be applied unevenly.
 
-``hvd.DistributedOptimizer(..., compression=hvd.Compression.powersgd(rank=4))`` uses one; so
-can a training loop directly, through ``reduce``.
+``hvd.DistributedOptimizer(..., compression=hvd.PowerSGD(rank=4))`` uses one; so can a training
+loop directly, through ``reduce``. ``Cast`` puts the stateless casts (``hvd.Compression.fp16``,
+``.bf16``) in the same interface.
 """
 
 import math
@@ -47,19 +48,32 @@ class StatefulCompressor:
 
         Raises:
             ValueError: ``op`` is neither Average nor Sum, or a gradient is not floating point.
+            NotImplementedError: here, in the interface; a compressor overrides it.
         """
         raise NotImplementedError
 
     def state_dict(self):
-        """The state as a dict of tensors and numbers (part of the optimizer's state_dict)."""
+        """The state as a dict of tensors and numbers (part of the optimizer's state_dict).
+
+        Raises:
+            NotImplementedError: here, in the interface; a compressor overrides it.
+        """
         raise NotImplementedError
 
     def load_state_dict(self, state):
-        """Restores ``state``, what :meth:`state_dict` returned."""
+        """Restores ``state``, what :meth:`state_dict` returned.
+
+        Raises:
+            NotImplementedError: here, in the interface; a compressor overrides it.
+        """
         raise NotImplementedError
 
     def reset_residuals(self):
-        """Forgets the error-feedback residuals (every rank must call it)."""
+        """Forgets the error-feedback residuals (every rank must call it).
+
+        Raises:
+            NotImplementedError: here, in the interface; a compressor overrides it.
+        """
         raise NotImplementedError
 
 
@@ -69,6 +83,66 @@ def _check(named_grads, op):
     for name, grad in named_grads:
         if not grad.is_floating_point():
             raise ValueError(f"a stateful compressor needs floating-point gradients; {name} is {grad.dtype}")
+
+
+class Cast(StatefulCompressor):
+    """A cast (``hvd.Compression.none``, ``.fp16`` or ``.bf16``) in the interface of the
+    compressors with state, for code that treats every compressor alike: ``reduce`` casts every
+    gradient, allreduces them as one group and casts the results back. It keeps no state but the
+    step count. (``hvd.DistributedOptimizer`` given the cast itself,
+    ``compression=hvd.Compression.bf16``, allreduces each gradient as the backward pass produces
+    it; given ``Cast(...)``, all of them at once in ``synchronize()``.)
+
+    Args:
+        cast: an object with ``compress(tensor) -> (tensor, ctx)`` and
+            ``decompress(tensor, ctx) -> tensor``, such as ``hvd.Compression.bf16``.
+
+    Raises:
+        ValueError: ``cast`` lacks ``compress`` or ``decompress``.
+    """
+
+    def __init__(self, cast):
+        super().__init__()
+        if not (callable(getattr(cast, "compress", None)) and callable(getattr(cast, "decompress", None))):
+            raise ValueError(f"Cast needs a compressor with compress() and decompress(), such as "
+                             f"hvd.Compression.bf16; got {cast!r}")
+        self.cast = cast
+
+    def reduce(self, named_grads, op=mpi_ops.Average, process_set=mpi_ops.global_process_set):
+        """Casts, allreduces and casts back every gradient (see :meth:`StatefulCompressor.reduce`).
+
+        Args:
+            named_grads: list of ``(name, gradient)``, the same names, shapes and dtypes in the
+                same order on every rank; floating-point gradients of any shape.
+            op: ``hvd.Average`` (default) or ``hvd.Sum``.
+            process_set: the ranks that take part (default: all).
+
+        Returns:
+            The combined gradients (new tensors, the gradients' dtypes), in the order of
+            ``named_grads``.
+
+        Raises:
+            ValueError: ``op`` is neither Average nor Sum, or a gradient is not floating point.
+        """
+        _check(named_grads, op)
+        self.step += 1
+        if not named_grads:
+            return []
+        compressed = [self.cast.compress(grad.contiguous()) for _, grad in named_grads]
+        reduced = mpi_ops.grouped_allreduce([tensor for tensor, _ in compressed], op=op,
+                                            name=f"cast.{self.step}", process_set=process_set)
+        return [self.cast.decompress(tensor, ctx) for tensor, (_, ctx) in zip(reduced, compressed, strict=True)]
+
+    def state_dict(self):
+        """``{"step": int}``."""
+        return {"step": self.step}
+
+    def load_state_dict(self, state):
+        """Restores the step count from ``state``, what :meth:`state_dict` returned."""
+        self.step = int(state["step"])
+
+    def reset_residuals(self):
+        """Nothing to forget: a cast keeps no residuals."""
 
 
 class _ErrorFeedback(StatefulCompressor):
