@@ -28,6 +28,13 @@ def test_outputs_are_64_byte_aligned(result):
     assert all(v == [0, 0] for v in values), values
 
 
+def test_reduce_eager_and_graph(result):
+    n, values = result('reduce')
+    for value in values:
+        assert value['checked'] == 2 * n
+        assert 'not a member of process set' in value['refused'], value['refused']
+
+
 def test_dynamic_process_sets(result):
     n, values = result('process_sets')
     if n == 1:

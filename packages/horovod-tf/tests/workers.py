@@ -6,6 +6,7 @@ nothing, or a reduction over the wrong ranks, gives a wrong answer.
 Importing TensorFlow costs seconds per process, so the whole test session starts one job per world
 size and runs every body in it, in order (WORKERS)."""
 
+import functools
 import sys
 import traceback
 
@@ -640,6 +641,32 @@ def alignment():
     return [int(o.ctypes.data % 64) for o in outs if o.size]
 
 
+def reduce():
+    """hvd.reduce to each root, eagerly and in tf.function: the root gets the reduction (Sum; Average
+    with scale factors), the other ranks their input; a root outside the set is refused."""
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    inputs = [np.arange(6, dtype=np.float32).reshape(2, 3) * (r + 1) for r in range(n)]
+    checked = 0
+    for root in range(n):
+        for op, pre, post, reference in [(hvd.Sum, 1.0, 1.0, sum(inputs)),
+                                         (hvd.Average, 2.0, 0.5, sum(inputs) * 2.0 / n * 0.5)]:
+            x = tf.constant(inputs[rank])
+            # Named: in a graph the default name comes from the input tensor's, which differs by rank.
+            eager, graph = both_modes(functools.partial(hvd.reduce, x, root, name=f'reduce.{root}.{op}', op=op,
+                                                        prescale_factor=pre, postscale_factor=post))
+            expected = reference if rank == root else inputs[rank]
+            close(eager, expected, f'eager reduce to {root}')
+            close(graph, expected, f'graph reduce to {root}')
+            checked += 1
+    try:
+        hvd.reduce(tf.ones(2), n)
+        refused = None
+    except ValueError as e:
+        refused = str(e)
+    return {'checked': checked, 'refused': refused}
+
+
 def process_sets():
     """The shared dynamic process-set suite through the eager adapter (np >= 2)."""
     from horovod_testing.process_sets import run_process_set_suite
@@ -732,6 +759,7 @@ WORKERS = {
     'error_types': error_types,
     'sparse_average': sparse_average,
     'alignment': alignment,
+    'reduce': reduce,
     'process_sets': process_sets,
     'join': join,
     'elastic': elastic,

@@ -52,6 +52,7 @@ from horovod.tensorflow.mpi_ops import (  # noqa: F401
     local_size_op,
     process_set_included_op,
     rank_op,
+    reduce,
     shutdown,
     size_op,
 )

@@ -129,9 +129,8 @@ def not_initialised(message):
 
 
 def _op_title(kind):
-    return {"allreduce": "HorovodAllreduce", "allgather": "HorovodAllgather",
-            "broadcast": "HorovodBroadcast", "alltoall": "HorovodAlltoall",
-            "reducescatter": "HorovodReducescatter"}[kind]
+    # "HorovodAllreduce", "HorovodReducescatter", ...
+    return "Horovod" + kind.capitalize()
 
 
 def _as_input(a):
@@ -155,12 +154,12 @@ def start(kind, arrays, names, params):
     """Submits one group to the engine and returns its handle (int).
 
     Args:
-        kind: 'allreduce', 'allgather', 'broadcast', 'alltoall' or 'reducescatter'.
+        kind: 'allreduce', 'allgather', 'broadcast', 'alltoall', 'reducescatter' or 'reduce'.
         arrays: list of numpy arrays or eager CPU ``tf.Tensor`` (alltoall: one, plus
             ``params['splits']``); never string tensors.
         names: one engine name per array.
         params: dict with ``set_id`` and, per kind, ``op``, ``prescale``, ``postscale``,
-            ``root`` or ``splits`` (None or a 1-D int32 array).
+            ``root`` or ``splits`` (None or a 1-D int32 array): ``_COLLECTIVES``.
 
     Raises:
         tf.errors.InvalidArgumentError (also ValueError): what the engine refuses at submission
@@ -186,28 +185,37 @@ def tf_errors():
     return tf.errors
 
 
+# One line per collective: how its outputs are made (None: the engine allocates them; "new": empty
+# arrays of the inputs' shapes; "copy": copies of the inputs, which the engine overwrites in
+# place), and the params it reads, as {param: option of horovod.common.ops.submit}.
+_SCALED = {"op": "op", "prescale": "prescale_factor", "postscale": "postscale_factor"}
+_COLLECTIVES = {
+    "allreduce": ("new", _SCALED),
+    "allgather": (None, {}),
+    "broadcast": ("copy", {"root": "root_rank"}),
+    "alltoall": (None, {"splits": "splits"}),
+    "reducescatter": (None, _SCALED),
+    "reduce": ("new", dict(_SCALED, root="root_rank")),
+}
+
+
 def _start(kind, arrays, names, params):
-    arrays = [_as_input(a) for a in arrays]
-    set_id = params["set_id"]
-    if kind == "allreduce":
-        outputs = [aligned_empty(tuple(a.shape), _numpy_dtype(a)) for a in arrays]
-        handle = _ops.allreduce_async(arrays, outputs, names, params["op"], params["prescale"],
-                                      params["postscale"], set_id, context=(kind, outputs, names))
-    elif kind == "allgather":
-        handle = _ops.allgather_async(arrays, names, set_id, context=(kind, None, names))
-    elif kind == "broadcast":
-        outputs = [aligned(np.array(a)) for a in arrays]
-        # The inputs (eager tensors or arrays) are copied into ``outputs``: nothing else to keep.
-        handle = _ops.broadcast_async(outputs, names, params["root"], set_id, context=(kind, outputs, names))
-    elif kind == "alltoall":
-        splits = params.get("splits")
-        handle = _ops.alltoall_async(arrays[0], splits, names[0], set_id, context=(kind, None, names))
-    elif kind == "reducescatter":
-        handle = _ops.reducescatter_async(arrays, names, params["op"], params["prescale"],
-                                          params["postscale"], set_id, context=(kind, None, names))
-    else:
+    if kind not in _COLLECTIVES:
         raise ValueError(f"unknown collective {kind!r}")
-    return handle
+    made, read = _COLLECTIVES[kind]
+    arrays = [_as_input(a) for a in arrays]
+    options = {option: params.get(param) for param, option in read.items()}
+    outputs = None
+    if made == "new":
+        outputs = [aligned_empty(tuple(a.shape), _numpy_dtype(a)) for a in arrays]
+    elif made == "copy":
+        # The inputs (eager tensors or arrays) are copied into ``outputs``: nothing else to keep.
+        outputs = arrays = [aligned(np.array(a)) for a in arrays]
+    operation = _ops.allreduce_operation(options["op"]) if kind == "allreduce" else kind
+    if kind == "alltoall":
+        return _ops.submit(operation, arrays[0], names[0], None, options, params["set_id"],
+                           context=(kind, None, names))
+    return _ops.submit(operation, arrays, names, outputs, options, params["set_id"], context=(kind, outputs, names))
 
 
 def finish(handle):

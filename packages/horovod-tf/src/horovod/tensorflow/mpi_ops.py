@@ -32,6 +32,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
+from horovod.common import dtypes as _dtypes
 from horovod.common import ops as _ops
 from horovod.common.api import *  # noqa: F403 (hvd.size, hvd.Average, hvd.ProcessSet, ...: api.__all__)
 from horovod.common.api import (  # noqa: F401 (used here, or exported by horovod.tensorflow only)
@@ -55,9 +56,9 @@ def _process_set_id(process_set):
     except ValueError as error:
         raise _engine.invalid_argument(str(error)) from None
 
-_ALLREDUCE_DTYPES = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.float32, tf.float64)
-_MOVE_DTYPES = _ALLREDUCE_DTYPES + (tf.uint16, tf.int16, tf.bool)
-_REDUCESCATTER_DTYPES = (tf.int32, tf.int64, tf.float16, tf.float32, tf.float64)
+_ALLREDUCE_DTYPES = _dtypes.of(tf, 'uint8 int8 int32 int64 float16 float32 float64')
+_MOVE_DTYPES = _ALLREDUCE_DTYPES + _dtypes.of(tf, 'uint16 int16 bool')
+_REDUCESCATTER_DTYPES = _dtypes.of(tf, 'int32 int64 float16 float32 float64')
 _REDUCE_OPS = (Average, Sum, Min, Max, Product)
 
 
@@ -427,6 +428,46 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
         tf.errors.FailedPreconditionError: ranks disagree on shape, dtype or root.
     """
     return _broadcast_group([tensor], root_rank, name, ignore_name_scope, process_set)[0]
+
+
+@_no_autograph
+def reduce(tensor, root_rank, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+           ignore_name_scope=False, process_set=global_process_set):
+    """The reduction of ``tensor`` over the ranks of ``process_set``, on ``root_rank``.
+
+    On the root the result is ``postscale_factor * REDUCE_over_ranks(prescale_factor * tensor)``
+    (``Average``: the sum divided by the set's size; integer dtypes truncate); on every other rank
+    it is ``tensor``'s value unchanged. Every rank must submit the same shape, dtype, op, scale
+    factors and root.
+
+    Args:
+        tensor: a dense tensor of dtype uint8, int8, int32, int64, float16, float32 or float64, any
+            shape.
+        root_rank: global rank (int) that receives the reduction; it must belong to the set.
+        name, ignore_name_scope: the engine name (module docstring).
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product`` (not ``Adasum``).
+        prescale_factor: factor applied to the input before the reduction.
+        postscale_factor: factor applied to the result after the reduction (on the root).
+        process_set: the ``ProcessSet`` to reduce over.
+
+    Returns:
+        tf.Tensor of ``tensor``'s shape and dtype. Not differentiable.
+
+    Raises:
+        ValueError: root_rank not an int, an unknown op or Adasum, unsupported dtype, unregistered
+            set; the root not in the set (eager; in a graph ``tf.errors.InvalidArgumentError`` at
+            run time).
+        tf.errors.FailedPreconditionError: ranks disagree on shape, dtype, op, scale factors or root.
+    """
+    tensors = _prepare([tensor], _ALLREDUCE_DTYPES, 'reduce')
+    root_rank = _check_root(root_rank)
+    if op not in _REDUCE_OPS:
+        raise ValueError(f'reduce supports op=hvd.Average, Sum, Min, Max and Product, got {op!r}.')
+    set_id = _process_set_id(process_set)
+    names = _names('reduce', 'HorovodReduce', tensors, name, set_id, ignore_name_scope)
+    params = {'set_id': set_id, 'op': op, 'prescale': float(prescale_factor), 'postscale': float(postscale_factor),
+              'root': root_rank}
+    return _run('reduce', tensors, names, params, [tensors[0].dtype], [tensors[0].shape])[0]
 
 
 def _variable_kind(variable):
