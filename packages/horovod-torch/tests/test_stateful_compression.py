@@ -246,10 +246,12 @@ def cast_worker():
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 5)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                         named_parameters=model.named_parameters(), compression=Cast(hvd.Compression.bf16))
+                                         named_parameters=model.named_parameters(),
+                                         compression=Cast(hvd.Compression.bf16))
     model(torch.randn(4, 3, generator=generator)).sum().backward()
     optimizer.step()
-    return ([r.dtype == torch.float32 for r in reduced], [torch.equal(r, d) for r, d in zip(reduced, direct)],
+    return ([r.dtype == torch.float32 for r in reduced],
+            [torch.equal(r, d) for r, d in zip(reduced, direct, strict=True)],
             cast.state_dict(), [p.detach().numpy().copy() for p in model.parameters()])
 
 
