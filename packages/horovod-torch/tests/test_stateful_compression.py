@@ -1,6 +1,10 @@
 """PowerSGD and TopK (horovod.torch.stateful_compression) on real ranks, against numpy and
 uncompressed references."""
 
+import os
+import pathlib
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -312,6 +316,42 @@ def test_cast_is_a_compressor_in_the_same_interface(job):
         assert dtypes_kept == [True, True] and equal == [True, True] and state == {"step": 1}
     for got, want in zip(results[1][3], results[0][3], strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+ELASTIC_SCRIPT = pathlib.Path(__file__).resolve().parent / "elastic_scripts" / "powersgd_elastic_train.py"
+
+
+def test_elastic_reset_from_4_to_2_ranks_rebuilds_the_state_alike(tmp_path):
+    """horovodrun elastic, 4 ranks then 2 (a host leaves): before every step, every rank of the
+    world holds the same compressor step, the same factors and the same parameters; after the
+    reset the residuals start empty on every rank (those of the ranks that left are lost, and a
+    rank's own no longer match its share of the batch), and are rebuilt alike from there."""
+    from horovod_testing.elastic import ElasticJob, check_finals, discovery_script
+    script, set_hosts = discovery_script(str(tmp_path))
+    set_hosts(["localhost:2", "127.0.0.1:2"])
+    args = ["--network-interface", "lo", "-np", "4", "--min-np", "2", "--max-np", "4",
+            "--host-discovery-script", script, sys.executable, str(ELASTIC_SCRIPT), "24"]
+    env = dict(os.environ, STEP_SLEEP="0.1", OMP_NUM_THREADS="1")
+    with ElasticJob(args, env, timeout=240) as job:
+        job.wait_for(lambda: sum(r["size"] == 4 and r["rank"] == 0 for r in job.steps()) >= 6, "steps at size 4",
+                     timeout=180)
+        set_hosts(["localhost:2"])
+        code, output = job.finish()
+    assert code == 0, output
+    assert job.sizes() == [4, 2], output
+    by_step = {}
+    for record in job.steps():
+        by_step.setdefault((record["size"], record["steps"]), []).append(record)
+    for (size, step), records in by_step.items():
+        if len(records) != size:
+            continue  # a step the reset interrupted on some ranks
+        same = {(r["compressor_step"], r["q"], r["residuals"], r["params"]) for r in records}
+        assert len(same) == 1, (size, step, records)
+    first_at_2 = min(step for size, step in by_step if size == 2)
+    assert all(r["residuals"] == 0 for r in by_step[(2, first_at_2)]), by_step[(2, first_at_2)]
+    assert all(r["residuals"] > 0 for r in by_step[(2, first_at_2 + 1)]), by_step[(2, first_at_2 + 1)]
+    assert all(r["compressor_step"] > 2 for r in by_step[(2, first_at_2)])
+    check_finals(job, key="params")
 
 
 def test_arguments_are_checked():

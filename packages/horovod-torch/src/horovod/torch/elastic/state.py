@@ -76,8 +76,8 @@ class OptimizerStateHandler(StateHandler):
     that joined: its state returns to the last commit at every reset.
 
     A DistributedOptimizer's stateful compressor (PowerSGD, TopK) is saved and restored with the
-    optimizer's state; ``sync`` gives every rank rank 0's factors and step and zeroes every
-    rank's residuals.
+    optimizer's state; every reset zeroes every rank's residuals, and ``sync`` gives every rank
+    rank 0's factors and step.
 
     Raises:
         ValueError: a ZeroRedundancyOptimizer on a process set other than the global one (process
@@ -129,6 +129,12 @@ class OptimizerStateHandler(StateHandler):
         # The number of ranks may have changed without a sync (hosts only removed): reshard.
         if self._sharded:
             self.value.load_state_dict(copy.deepcopy(self._saved_optimizer_state))
+        # A stateful compressor's residuals start again from zero on every rank, whether or not a
+        # sync follows: those of ranks that left are lost, and each rank's share of the data has
+        # changed (the factors and the step are the same on every rank already, or after the sync).
+        compression = getattr(self.value, '_compression', None)
+        if getattr(compression, 'stateful', False):
+            compression.reset_residuals()
 
 
 class SamplerStateHandler(StateHandler):
