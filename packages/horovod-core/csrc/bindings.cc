@@ -104,7 +104,8 @@ void ReadOptions(nb::handle options, Request& request) {
   if (options.is_none()) return;
   if (!nb::isinstance<nb::dict>(options)) throw nb::value_error("options must be a dict or None");
   for (auto [key, value] : nb::borrow<nb::dict>(options)) {
-    const std::string k = nb::cast<std::string>(key);
+    // Compared in place (no string built per key: this runs for every gradient of a step).
+    const std::string_view k = nb::borrow<nb::str>(key).c_str();
     if (k == "op") {
       request.reduce_op = ToReduceOp(nb::cast<int32_t>(value));
     } else if (k == "prescale_factor") {
@@ -118,17 +119,10 @@ void ReadOptions(nb::handle options, Request& request) {
     } else if (k == "args") {
       request.shape = nb::cast<std::vector<int64_t>>(value);
     } else {
-      throw nb::value_error(("unknown option '" + k + "'; expected op, prescale_factor, postscale_factor, "
-                             "root_rank, splits or args").c_str());
+      throw nb::value_error(("unknown option '" + std::string(k) + "'; expected op, prescale_factor, "
+                             "postscale_factor, root_rank, splits or args").c_str());
     }
   }
-}
-
-const Collective& RequireCollective(const std::string& op) {
-  if (const Collective* collective = CollectiveNamed(op)) return *collective;
-  std::string known;
-  for (const std::string& name : CollectiveNames()) known += (known.empty() ? "" : ", ") + name;
-  throw nb::value_error(("unknown operation '" + op + "'; known: " + known).c_str());
 }
 
 // The output of `input`: none (the engine allocates it), the input itself (in place: imported
@@ -142,10 +136,12 @@ TensorView OutputOf(nb::handle input, const TensorView& in, nb::handle output, c
 // `inputs` and `outputs` are the tensor and its output, the call a training step makes per
 // gradient) or a group (`names` a list: one input, and one output or None, per name). Operations
 // without tensors (barrier, join) take one name and no inputs.
-int64_t Enqueue(const std::string& op, nb::handle inputs, nb::handle outputs, nb::handle names, nb::handle options,
+int64_t Enqueue(nb::str op, nb::handle inputs, nb::handle outputs, nb::handle names, nb::handle options,
                 int32_t process_set_id, intptr_t stream) {
-  const Collective& collective = RequireCollective(op);
-  const std::string input_what = op + " input", output_what = op + " output";
+  const Collective& collective = RequireCollective(op.c_str());
+  const Labels& labels = LabelsOf(collective);
+  const std::string& input_what = labels.input;
+  const std::string& output_what = labels.output;
   Request proto;
   proto.type = collective.type();
   ReadOptions(options, proto);
@@ -177,7 +173,7 @@ int64_t Enqueue(const std::string& op, nb::handle inputs, nb::handle outputs, nb
     std::vector<TensorView> in = ToTensorViews(nb::borrow<nb::sequence>(inputs), input_what.c_str());
     CheckNames(all, in.size());
     if (!outputs.is_none() && nb::len(outputs) != in.size()) {
-      throw nb::value_error((op + " needs one output per input").c_str());
+      throw nb::value_error((collective.lower_name() + " needs one output per input").c_str());
     }
     const int64_t group_id = GroupId(all);
     requests.reserve(in.size());

@@ -3,6 +3,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <map>
+#include <mutex>
+
 #include "backends/nccl/gpu_ops.h"
 
 namespace horovod::bindings {
@@ -182,6 +185,25 @@ nb::object OutputToPython(const std::shared_ptr<OutputBuffer>& output) {
                                    ToDLPack(output->dtype()), on_gpu ? nb::device::cuda::value : nb::device::cpu::value,
                                    on_gpu ? output->device() : 0);
   return nb::cast(array);
+}
+
+const Collective& RequireCollective(std::string_view op) {
+  if (const Collective* collective = CollectiveNamed(op)) return *collective;
+  std::string known;
+  for (const std::string& name : CollectiveNames()) known += (known.empty() ? "" : ", ") + name;
+  throw nb::value_error(("unknown operation '" + std::string(op) + "'; known: " + known).c_str());
+}
+
+const Labels& LabelsOf(const Collective& collective) {
+  static std::mutex mutex;
+  static std::map<const Collective*, Labels> labels;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = labels.find(&collective);
+  if (it == labels.end()) {
+    it = labels.emplace(&collective, Labels{collective.lower_name() + " input", collective.lower_name() + " output"})
+             .first;
+  }
+  return it->second;
 }
 
 }  // namespace horovod::bindings

@@ -8,8 +8,10 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "collectives/collective.h"
 #include "common/common.h"
 #include "common/store.h"
 #include "common/tensor_queue.h"
@@ -34,6 +36,17 @@ nb::object OutputToPython(const std::shared_ptr<OutputBuffer>& output);
 // Alltoall splits: None (empty), a sequence of ints, or a 1-D int32 CPU DLPack array. Raises
 // ValueError otherwise.
 std::vector<int64_t> ToSplits(nb::handle splits);
+
+// The collective named `op` (_core.enqueue's first argument); raises ValueError listing the known
+// names otherwise.
+const Collective& RequireCollective(std::string_view op);
+
+// "<operation> input" and "<operation> output", the words of a collective's conversion errors,
+// made once per collective rather than per call.
+struct Labels {
+  std::string input, output;
+};
+const Labels& LabelsOf(const Collective& collective);
 
 // The rendezvous store, backed by a Python object with set(key: str, value: bytes) and
 // get(key: str) -> bytes.

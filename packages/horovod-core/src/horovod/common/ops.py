@@ -153,8 +153,7 @@ def allreduce_async(inputs, outputs, names, op, prescale_factor=1.0, postscale_f
     Inputs and outputs must match in dtype and shape. A rank that has joined contributes zeros.
     Returns its handle; ``wait`` returns ``[None] * len(inputs)``."""
     return submit(allreduce_operation(op), inputs, names, outputs,
-                  {'op': op, 'prescale_factor': prescale_factor, 'postscale_factor': postscale_factor},
-                  process_set_id, stream, context)
+                  _reduction_options(op, prescale_factor, postscale_factor), process_set_id, stream, context)
 
 
 def allreduce_one_async(input, output, name, op, prescale_factor=1.0, postscale_factor=1.0, process_set_id=0,
@@ -175,8 +174,20 @@ def allreduce_one_async(input, output, name, op, prescale_factor=1.0, postscale_
     as ``allreduce_async`` does (a name in flight, an unknown op, a non-contiguous or non-tensor
     argument, an unknown set; Horovod not running)."""
     return submit(allreduce_operation(op), input, name, output,
-                  {'op': op, 'prescale_factor': prescale_factor, 'postscale_factor': postscale_factor},
-                  process_set_id, stream, context)
+                  _reduction_options(op, prescale_factor, postscale_factor), process_set_id, stream, context)
+
+
+# The options of a reduction without scaling, one dict per reduce op made once: a training step
+# submits one per gradient, and the engine then reads one key instead of three.
+_UNSCALED = {op: {'op': op} for op in range(6)}
+
+
+def _reduction_options(op, prescale_factor, postscale_factor):
+    if prescale_factor == 1.0 and postscale_factor == 1.0:
+        options = _UNSCALED.get(op)
+        if options is not None:
+            return options
+    return {'op': op, 'prescale_factor': prescale_factor, 'postscale_factor': postscale_factor}
 
 
 # hvd.Adasum: the allreduce whose reduction is adaptive summation, its own collective.
