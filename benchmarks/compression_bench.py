@@ -37,7 +37,6 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import time
 
 import numpy as np
@@ -100,16 +99,6 @@ def bytes_sent(iface: str) -> int:
     raise RuntimeError(f"no interface {iface} in /proc/net/dev on {socket.gethostname()}")
 
 
-def shaping(iface: str) -> str:
-    """The qdisc on `iface` of this host (its end of the link), as tc shows it."""
-    try:
-        shown = subprocess.run(["tc", "qdisc", "show", "dev", iface], capture_output=True, text=True,
-                               check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
-        return f"unknown ({e})"
-    return " ".join(shown.split()) or "none"
-
-
 def train(config: str, data, args) -> dict:
     x_train, y_train, x_test, y_test = data
     torch.manual_seed(args.seed)
@@ -165,7 +154,8 @@ def markdown(results: dict) -> list[str]:
                   "|---|---:|---:|---:|---:|---:|---:|"]
         base = next((r for r in run["rows"] if r["config"] == "none"), None)
         for r in run["rows"]:
-            bytes_ratio = f"{r['bytes_per_step'] / base['bytes_per_step']:.3f}" if base and base["bytes_per_step"] else ""
+            sent = base["bytes_per_step"] if base else 0
+            bytes_ratio = f"{r['bytes_per_step'] / sent:.3f}" if sent else ""
             time_ratio = f"{r['step_ms'] / base['step_ms']:.2f}" if base else ""
             lines.append(f"| {r['config']} | {r['bytes_per_step']:,.0f} | {bytes_ratio} | {r['step_ms']:.1f} "
                          f"| {time_ratio} | {r['accuracy']:.4f} | {r['final_loss']:.4f} |")
@@ -197,7 +187,7 @@ def main() -> None:
     hvd.init()
     data = load_data(args.seed)
     qdiscs = dict(q for q in hvd.allgather_object(
-        (socket.gethostname(), shaping(args.iface)) if hvd.local_rank() == 0 else None) if q)
+        (socket.gethostname(), report.shaping(args.iface)) if hvd.local_rank() == 0 else None) if q)
     rows = []
     for config in configs:
         rows.append(train(config, data, args))

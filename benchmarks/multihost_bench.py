@@ -34,7 +34,6 @@ import json
 import os
 import resource
 import socket
-import subprocess
 import sys
 import time
 
@@ -153,20 +152,10 @@ class CpuUse:
                 "steal": round((steal1 - steal0) / capacity, 3)}
 
 
-def shaping(iface: str) -> str:
-    """The qdisc on `iface` of this host (the host's end of its link), as tc shows it."""
-    try:
-        shown = subprocess.run(["tc", "qdisc", "show", "dev", iface], capture_output=True, text=True,
-                               check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
-        return f"unknown ({e})"
-    return " ".join(shown.split()) or "none"
-
-
 def describe_hosts(iface: str) -> list[dict]:
     """Each rank's host, address on `iface` and qdisc there (Horovod must be initialised)."""
     mine = {"rank": hvd.rank(), "host": socket.gethostname(), "address": rendezvous_address(),
-            "qdisc": shaping(iface)}
+            "qdisc": report.shaping(iface)}
     return hvd.allgather_object(mine, name="bench.hosts")
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 
 import horovod
@@ -92,6 +93,16 @@ def machine(ranks: int) -> dict:
         "load_average": round(os.getloadavg()[0], 2),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
+
+
+def shaping(iface: str) -> str:
+    """The qdisc on `iface` of this host (the host's end of its link), as tc shows it."""
+    try:
+        shown = subprocess.run(["tc", "qdisc", "show", "dev", iface], capture_output=True, text=True,
+                               check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        return f"unknown ({e})"
+    return " ".join(shown.split()) or "none"
 
 
 def write_json(path: str, results: dict) -> None:
