@@ -4,7 +4,6 @@
 #include <nanobind/stl/vector.h>
 
 #include <map>
-#include <mutex>
 
 #include "backends/nccl/gpu_ops.h"
 
@@ -195,15 +194,16 @@ const Collective& RequireCollective(std::string_view op) {
 }
 
 const Labels& LabelsOf(const Collective& collective) {
-  static std::mutex mutex;
-  static std::map<const Collective*, Labels> labels;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = labels.find(&collective);
-  if (it == labels.end()) {
-    it = labels.emplace(&collective, Labels{collective.lower_name() + " input", collective.lower_name() + " output"})
-             .first;
-  }
-  return it->second;
+  // The collectives register from static initialisers, before any call: the table is made once, on
+  // first use, and only read afterwards (no lock on the enqueue path).
+  static const std::map<const Collective*, Labels> labels = [] {
+    std::map<const Collective*, Labels> made;
+    for (const std::string& name : CollectiveNames()) {
+      made.emplace(CollectiveNamed(name), Labels{name + " input", name + " output"});
+    }
+    return made;
+  }();
+  return labels.at(&collective);
 }
 
 }  // namespace horovod::bindings
