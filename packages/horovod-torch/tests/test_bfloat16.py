@@ -64,7 +64,7 @@ def worker():
 
     ops = {"sum": hvd.Sum, "average": hvd.Average, "scaled": hvd.Sum, "min": hvd.Min, "max": hvd.Max,
            "product": hvd.Product}
-    out = {"backend": hvd.mpi_enabled() and "mpi" or "gloo"}
+    out = {"backend": "mpi" if hvd.mpi_enabled() else "gloo"}
     for name, (_, prescale, postscale, product) in CASES.items():
         for count in COUNTS:
             x = bf16(values(count, rank, product))
