@@ -1,10 +1,7 @@
 """bfloat16 reductions through horovod.torch on every CPU path: Gloo with and without shared
 memory, hierarchical, and MPI, at 2 to 4 ranks. Each result must equal numpy's float32 reduction of
-the ranks' values rounded once to bfloat16 (to nearest, ties to even), bit for bit.
-
-The values have 8 significant bits and exponents within a few powers of two of each other, so
-float32 holds every partial sum exactly (the reference does not depend on the order of the sum),
-while bfloat16 does not: a reduction that rounded partial sums differs in many elements."""
+the ranks' values rounded once to bfloat16 (to nearest, ties to even), bit for bit
+(horovod_testing.bfloat16 holds the values and the reference)."""
 
 import json
 import os
@@ -16,37 +13,7 @@ import numpy as np
 import pytest
 
 from horovod_testing import run_ranks
-
-COUNTS = (1, 7, 4099, 262147)
-ROWS, COLUMNS = 1003, 3
-
-
-def values(count, rank, product=False):
-    """Rank `rank`'s float32 values, each exactly a bfloat16 value."""
-    i = np.arange(count, dtype=np.int64)
-    if product:
-        return (1 + ((i * 5 + rank * 3) % 8) / 8).astype(np.float32)
-    mantissa = 1 + ((i * 37 + rank * 59) % 128) / 128
-    sign = np.where((i + rank) % 3 == 0, -1.0, 1.0)
-    return (sign * np.ldexp(mantissa, ((i * 3 + rank) % 5 - 2).astype(np.int32))).astype(np.float32)
-
-
-def bf16_bits(x):
-    """float32 -> bfloat16 bit patterns (uint16), rounded to nearest, ties to even (no NaN here)."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-# name -> (reduce, prescale, postscale, product values); reduce maps the ranks' stacked values
-# (float32) to their float32 reduction.
-CASES = {
-    "sum": (lambda v: v.sum(axis=0, dtype=np.float32), 1.0, 1.0, False),
-    "average": (lambda v: v.sum(axis=0, dtype=np.float32), 1.0, None, False),
-    "scaled": (lambda v: v.sum(axis=0, dtype=np.float32), 3.0, 0.1, False),
-    "min": (lambda v: v.min(axis=0), 1.0, 1.0, False),
-    "max": (lambda v: v.max(axis=0), 1.0, 0.3, False),
-    "product": (lambda v: np.prod(v, axis=0, dtype=np.float32), 1.0, 1.0, True),
-}
+from horovod_testing.bfloat16 import CASES, COLUMNS, COUNTS, FUSED, ROWS, check, values
 
 
 def worker():
@@ -72,7 +39,7 @@ def worker():
                                                         postscale_factor=postscale or 1.0, name=f"{name}.{count}"))
     # bfloat16 fused with float32 (one group), twice: the second from the response cache.
     for round_ in range(2):
-        a, f, b = bf16(values(1001, rank)), torch.from_numpy(values(1001, rank)), bf16(values(1001, rank + 7))
+        a, f, b = bf16(values(FUSED, rank)), torch.from_numpy(values(FUSED, rank)), bf16(values(FUSED, rank + 7))
         ra, rf, rb = hvd.grouped_allreduce([a, f, b], op=hvd.Average, name="fused")
         out[f"fused.{round_}"] = [bits(ra), rf.numpy().tolist(), bits(rb)]
     x = bf16(values(ROWS * COLUMNS, rank)).reshape(ROWS, COLUMNS)
@@ -80,40 +47,6 @@ def worker():
     out["reducescatter.average"] = bits(hvd.reducescatter(x, op=hvd.Average, name="rs.average").reshape(-1))
     hvd.shutdown()
     return out
-
-
-def check(results):
-    size = len(results)
-    ranks = range(size)
-    for name, (reduce, prescale, postscale, product) in CASES.items():
-        post = np.float32(1 / size) if postscale is None else np.float32(postscale)
-        for count in COUNTS:
-            stacked = np.stack([values(count, r, product) * np.float32(prescale) for r in ranks])
-            expected = bf16_bits(reduce(stacked) * post)
-            for rank, result in enumerate(results):
-                got = np.asarray(result[f"{name}.{count}"], dtype=np.uint16)
-                wrong = np.flatnonzero(got != expected)
-                assert wrong.size == 0, (f"{name}, {count} elements, rank {rank} of {size}: {wrong.size} differ, "
-                                         f"first at {wrong[0]}")
-    average = np.float32(1 / size)
-    want_a = bf16_bits(np.stack([values(1001, r) for r in ranks]).sum(axis=0, dtype=np.float32) * average)
-    want_b = bf16_bits(np.stack([values(1001, r + 7) for r in ranks]).sum(axis=0, dtype=np.float32) * average)
-    want_f = np.stack([values(1001, r) for r in ranks]).sum(axis=0, dtype=np.float32) * average
-    for result in results:
-        for round_ in range(2):
-            a, f, b = result[f"fused.{round_}"]
-            np.testing.assert_array_equal(np.asarray(a, dtype=np.uint16), want_a)
-            np.testing.assert_array_equal(np.asarray(b, dtype=np.uint16), want_b)
-            np.testing.assert_allclose(f, want_f, rtol=1e-6)
-    total = np.stack([values(ROWS * COLUMNS, r) for r in ranks]).sum(axis=0, dtype=np.float32)
-    start = 0
-    for rank, result in enumerate(results):
-        rows = ROWS // size + (rank < ROWS % size)
-        block = total[start * COLUMNS:(start + rows) * COLUMNS]
-        np.testing.assert_array_equal(np.asarray(result["reducescatter.sum"], dtype=np.uint16), bf16_bits(block))
-        np.testing.assert_array_equal(np.asarray(result["reducescatter.average"], dtype=np.uint16),
-                                      bf16_bits(block * average))
-        start += rows
 
 
 @pytest.mark.parametrize("np_", [2, 3, 4])

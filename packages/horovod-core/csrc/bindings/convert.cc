@@ -95,16 +95,33 @@ nb::dlpack::dtype ToDLPack(DataType dtype) {
   return dt;
 }
 
+// A numpy array of the bfloat16 dtype ml_dtypes registers (what TensorFlow's and JAX's numpy
+// values of bfloat16 tensors are): an array with view() whose dtype is named 'bfloat16', 2 bytes each.
+bool IsNumpyBfloat16(nb::handle object) {
+  if (!nb::hasattr(object, "dtype") || !nb::hasattr(object, "view")) return false;
+  nb::object dtype = object.attr("dtype");
+  if (!nb::hasattr(dtype, "name") || !nb::hasattr(dtype, "itemsize")) return false;
+  return nb::cast<std::string>(nb::str(dtype.attr("name"))) == "bfloat16" && nb::cast<int>(dtype.attr("itemsize")) == 2;
+}
+
 }  // namespace
 
 // Imports one tensor through DLPack without conversion (no copies), checking that the engine can
 // use it in place.
 TensorView ToTensorView(nb::handle object, const char* what) {
   nb::ndarray<> array;
+  bool numpy_bfloat16 = false;
   if (!nb::try_cast(object, array, /*convert=*/false)) {
-    throw nb::value_error((std::string(what) + " must support the DLPack protocol (__dlpack__) or the buffer "
-                           "protocol; got " + nb::type_name(object.type()).c_str() + ".")
-                              .c_str());
+    numpy_bfloat16 = IsNumpyBfloat16(object);
+    // numpy exports no bfloat16 through DLPack or the buffer protocol: its bits are read through a
+    // uint16 view of the same memory (no copy) and the dtype restored below.
+    if (numpy_bfloat16 && nb::try_cast(object.attr("view")("uint16"), array, /*convert=*/false)) {
+      // array views the same buffer; the caller keeps `object` alive.
+    } else {
+      throw nb::value_error((std::string(what) + " must support the DLPack protocol (__dlpack__) or the buffer "
+                             "protocol; got " + nb::type_name(object.type()).c_str() + ".")
+                                .c_str());
+    }
   }
   TensorView view;
   if (array.device_type() == nb::device::cuda::value && NcclVersionBuilt() != 0) {
@@ -119,7 +136,7 @@ TensorView ToTensorView(nb::handle object, const char* what) {
                            "; Horovod supports CPU and CUDA tensors only.")
                               .c_str());
   }
-  view.dtype = ToDataType(array.dtype());
+  view.dtype = numpy_bfloat16 ? DataType::BFLOAT16 : ToDataType(array.dtype());
   view.data = array.data();
   // Strides are irrelevant for empty tensors and for dimensions of size 1.
   int64_t expected = array.size() == 0 ? -1 : 1;

@@ -239,7 +239,18 @@ def finish(handle):
                         f"{' ...' if len(names) > 3 else ''} failed: {error}") from None
     if outputs is not None:
         return outputs
-    return [aligned(np.from_dlpack(r)) for r in results]
+    return [_to_numpy(r) for r in results]
+
+
+def _to_numpy(result):
+    """An engine-allocated output as a 64-byte-aligned numpy array. numpy imports no bfloat16
+    through DLPack: such an output becomes a TensorFlow tensor over the same memory (the engine
+    allocates 64-byte aligned, as TensorFlow requires), whose numpy value shares it too."""
+    try:
+        return aligned(np.from_dlpack(result))
+    except RuntimeError:  # numpy's 'Unsupported dtype in DLTensor.'
+        import tensorflow as tf
+        return aligned(tf.experimental.dlpack.from_dlpack(result.__dlpack__()).numpy())
 
 
 def run(kind, arrays, names, params):
