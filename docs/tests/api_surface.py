@@ -42,6 +42,7 @@ PUBLIC_MODULES = [
     "horovod.torch.compression",
     "horovod.tensorflow",
     "horovod.tensorflow.elastic",
+    "horovod.tensorflow.compression",
     "horovod.tensorflow.keras",
     "horovod.tensorflow.keras.callbacks",
     "horovod.tensorflow.keras.elastic",

@@ -70,6 +70,7 @@ def ops():
                                            postscale_factor=0.25)),
         'int_sum': _np(keras, hvd.allreduce(np.array([r + 1, 10], np.int32), op=hvd.Sum)),
         'fp16': _np(keras, hvd.allreduce(x, compression=hvd.Compression.fp16)),
+        'bf16': _np(keras, hvd.allreduce(x, compression=hvd.Compression.bf16)),
         'gather': _np(keras, hvd.allgather(np.full((r + 1, 2), r, np.float32))),
         'broadcast': _np(keras, hvd.broadcast(x, root_rank=n - 1)),
         'reducescatter': _np(keras, hvd.reducescatter(
@@ -100,6 +101,7 @@ OPTIMIZER_CASES = {
     'groups_int': {'groups': 2},
     'groups_list': {'groups': 'w'},
     'fp16': {'compression': 'fp16'},
+    'bf16': {'compression': 'bf16'},
     'local_bias': {'local': True},
     'none_bias_grad': {'none_bias': True},
     'apply_gradients': {'apply_gradients': True},
@@ -124,8 +126,8 @@ def optimizer_apply():
             kwargs['groups'] = [[w]]
         elif 'groups' in options:
             kwargs['groups'] = options['groups']
-        if options.get('compression') == 'fp16':
-            kwargs['compression'] = hvd.Compression.fp16
+        if 'compression' in options:
+            kwargs['compression'] = getattr(hvd.Compression, options['compression'])
         opt = hvd.DistributedOptimizer(keras.optimizers.SGD(LR), **kwargs)
         if options.get('local'):
             opt.register_local_var(b)
@@ -316,6 +318,7 @@ def _load_model(keras, hvd, model, x, y, path):
 def errors():
     """Wrong arguments raise ValueError (or RuntimeError) with a message saying what is
     expected."""
+    from horovod.common.stateful_compression import PowerSGD
     keras, hvd = _hvd()
     sgd = keras.optimizers.SGD(0.1)
     cases = {
@@ -328,6 +331,7 @@ def errors():
         'twice': lambda: hvd.DistributedOptimizer(hvd.DistributedOptimizer(sgd)),
         'partial_not_layer': lambda: hvd.PartialDistributedOptimizer(sgd, local_layers=[sgd]),
         'legacy_opts': lambda: hvd.load_model('x.keras', legacy_opts=True),
+        'stateful': lambda: hvd.DistributedOptimizer(sgd, compression=PowerSGD(rank=2)),
     }
     out = {}
     for label, call in cases.items():

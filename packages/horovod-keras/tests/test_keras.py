@@ -39,6 +39,9 @@ def test_value_collectives(job):
         np.testing.assert_array_equal(out['int_sum'], [n * (n + 1) // 2, 10 * n])
         assert out['fp16'].dtype == np.float32
         close(out['fp16'], total / n, rtol=1e-3)
+        # bfloat16 keeps 8 significant bits: the average of values below 8 is within 2^-8 of it.
+        assert out['bf16'].dtype == np.float32
+        close(out['bf16'], total / n, rtol=2 ** -8)
         np.testing.assert_array_equal(
             out['gather'], np.concatenate([np.full((r + 1, 2), r, np.float32) for r in range(n)]))
         np.testing.assert_array_equal(out['broadcast'], xs[n - 1])
@@ -72,6 +75,9 @@ def test_distributed_optimizer_apply(job):
         w, b, *_ = out['fp16']
         close(w, W0 - LR * mean_w, rtol=1e-3, atol=1e-3)
         close(b, B0 - LR * mean_b, rtol=1e-3, atol=1e-3)
+        w, b, *_ = out['bf16']
+        close(w, W0 - LR * mean_w, rtol=1e-2, atol=1e-2)
+        close(b, B0 - LR * mean_b, rtol=1e-2, atol=1e-2)
         # The local variable's gradient stays on its rank, divided by the set size.
         w, b, *_ = out['local_bias']
         close(w, W0 - LR * mean_w)
@@ -192,7 +198,7 @@ def test_wrong_arguments(job):
     expected = {'adasum': 'op=Average or op=Sum', 'predivide_sum': 'requires op=Average',
                 'bpps_zero': 'int >= 1', 'groups_bad': 'positive int',
                 'not_optimizer': 'keras.optimizers.Optimizer', 'twice': 'already distributed',
-                'partial_not_layer': 'Keras layer', 'legacy_opts': 'Keras 3'}
+                'partial_not_layer': 'Keras layer', 'legacy_opts': 'Keras 3', 'stateful': 'compressor with state'}
     for out in results:
         for label, words in expected.items():
             assert out[label] is not None and words in out[label], (label, out[label])

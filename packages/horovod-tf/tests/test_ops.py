@@ -35,6 +35,22 @@ def test_reduce_eager_and_graph(result):
         assert 'not a member of process set' in value['refused'], value['refused']
 
 
+def test_bfloat16_bit_for_bit(result):
+    """bfloat16 tensors reduce to numpy's float32 reduction rounded once, eagerly and in
+    tf.function (where they reach the engine as numpy arrays); the body checked the moves."""
+    from horovod_testing.bfloat16 import check
+    _, values = result('bfloat16')
+    for mode in ('eager', 'graph'):
+        check([value[mode] for value in values])
+
+
+def test_stateful_compression(result):
+    """PowerSGD, TopK and Cast through the tape and the optimizer, eagerly (the body compared
+    them with numpy references and checked the refusal inside tf.function)."""
+    _, values = result('stateful_compression')
+    assert values == [{'powersgd': 40, 'topk': 1, 'optimizer_step': 1}] * len(values), values
+
+
 def test_dynamic_process_sets(result):
     n, values = result('process_sets')
     if n == 1:

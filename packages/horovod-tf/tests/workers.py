@@ -747,6 +747,170 @@ def elastic():
     return attempts, batch, tf_state.epoch
 
 
+def bfloat16():
+    """bfloat16 tensors, eagerly and inside tf.function: every allreduce case of
+    horovod_testing.bfloat16 (bit patterns, checked against numpy's float32 reduction rounded once
+    by the test), a group fusing bfloat16 with float32, reducescatter; allgather, broadcast and
+    alltoall move the bits unchanged; Compression.bf16 sends float32 as bfloat16. Returns
+    {'eager': results, 'graph': results} in horovod_testing.bfloat16.check's form."""
+    from horovod_testing.bfloat16 import CASES, COLUMNS, COUNTS, FUSED, ROWS, bf16_bits, values
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    ops = {'sum': hvd.Sum, 'average': hvd.Average, 'scaled': hvd.Sum, 'min': hvd.Min, 'max': hvd.Max,
+           'product': hvd.Product}
+
+    def bf16(x):
+        return tf.cast(tf.constant(x), tf.bfloat16)
+
+    def run(mode):
+        out = {}
+        for name, (_, prescale, postscale, product) in CASES.items():
+            for count in COUNTS:
+                out[f'{name}.{count}'] = hvd.allreduce(bf16(values(count, rank, product)), op=ops[name],
+                                                       prescale_factor=prescale, postscale_factor=postscale or 1.0,
+                                                       name=f'{mode}.{name}.{count}')
+        for round_ in range(2):
+            group = [bf16(values(FUSED, rank)), tf.constant(values(FUSED, rank)), bf16(values(FUSED, rank + 7))]
+            out[f'fused.{round_}'] = hvd.grouped_allreduce(group, op=hvd.Average, name=f'{mode}.fused')
+        x = tf.reshape(bf16(values(ROWS * COLUMNS, rank)), (ROWS, COLUMNS))
+        for op in ('sum', 'average'):
+            out[f'reducescatter.{op}'] = tf.reshape(hvd.reducescatter(x, op=ops[op], name=f'{mode}.rs.{op}'), [-1])
+        moved = bf16(values(5 * n, rank))
+        out['allgather'] = hvd.allgather(tf.reshape(moved, (n, 5)))
+        out['broadcast'] = hvd.broadcast(moved, root_rank=n - 1)
+        out['alltoall'] = hvd.alltoall(moved)
+        out['compressed'] = hvd.allreduce(tf.constant(values(7, rank)), op=hvd.Sum, compression=hvd.Compression.bf16)
+        return out
+
+    def bits(t, mode):
+        if t.dtype == tf.float32:
+            return t.numpy().tolist()
+        if t.dtype != tf.bfloat16:
+            raise AssertionError(f'{mode}: a bfloat16 collective returned {t.dtype.name}')
+        return tf.bitcast(t, tf.uint16).numpy().tolist()
+
+    results = {}
+    for mode, fn in (('eager', functools.partial(run, 'eager')),
+                     ('graph', tf.function(functools.partial(run, 'graph')))):
+        out = fn()
+        compressed = out.pop('compressed')
+        if compressed.dtype != tf.float32:
+            raise AssertionError(f'{mode}: Compression.bf16 returned {compressed.dtype.name}, expected float32')
+        expected = np.stack([values(7, r) for r in range(n)]).sum(axis=0, dtype=np.float32)
+        rounded = (bf16_bits(expected).astype(np.uint32) << 16).view(np.float32)
+        if not np.array_equal(compressed.numpy(), rounded):
+            raise AssertionError(f'{mode} Compression.bf16: {compressed.numpy()} for {rounded}')
+
+        moved = [bf16_bits(values(5 * n, r)) for r in range(n)]
+        for key, want in (('allgather', np.concatenate(moved)), ('broadcast', moved[n - 1]),
+                          ('alltoall', np.concatenate([m[5 * rank:5 * rank + 5] for m in moved]))):
+            got = np.asarray(bits(tf.reshape(out.pop(key), [-1]), mode), dtype=np.uint16)
+            if not np.array_equal(got, want):
+                raise AssertionError(f'{mode} {key} of bfloat16 changed the bits: {got[:5]} for {want[:5]}')
+        results[mode] = {key: [bits(t, mode) for t in v] if isinstance(v, list) else bits(v, mode)
+                         for key, v in out.items()}
+    return results
+
+
+def stateful_compression():
+    """The compressors with state through DistributedGradientTape and the Keras
+    DistributedOptimizer, eagerly, against numpy references: PowerSGD (r = 3) on gradients of
+    rank <= 2 trains as the uncompressed tape does (1e-5 over 40 steps) with a float32 bias sent
+    uncompressed; its state restored into a new compressor continues identically; TopK sends each
+    rank's largest entries (and keeps the rest as its residual); Cast(bf16) equals
+    Compression.bf16; Sum sums; inside tf.function reduce raises ValueError. Returns counts."""
+    import keras
+
+    from horovod.tensorflow.compression import Cast
+    hvd = _hvd()
+    rank, n = hvd.rank(), hvd.size()
+    # Every rank's inputs are the same 2 rows, its targets its own: each rank's weight gradient is
+    # x^T dy, whose columns lie in the span of x's 2 rows, and so does their average.
+    x = tf.constant(rng_for(0, 30).standard_normal((2, 12)), tf.float32)
+    targets = [tf.constant(rng_for(r, 31).standard_normal((2, 10)), tf.float32) for r in range(n)]
+    w0 = rng_for(0, 32).standard_normal((12, 10)).astype(np.float32)
+
+    def train(compression, steps, state=None, op=hvd.Average):
+        w, b = tf.Variable(w0), tf.Variable(np.zeros(10, np.float32))
+        for _ in range(steps):
+            with tf.GradientTape() as t:
+                loss = tf.reduce_mean((tf.matmul(x, w) + b - targets[rank]) ** 2)
+            gw, gb = hvd.DistributedGradientTape(t, compression=compression, op=op).gradient(loss, [w, b])
+            w.assign_sub(0.1 * gw)
+            b.assign_sub(0.1 * gb)
+        return w.numpy(), b.numpy()
+
+    counts = {}
+    plain = train(hvd.Compression.none, 40)
+    powersgd = hvd.PowerSGD(rank=3, start_iter=2, min_compression_rate=1.0)
+    low = train(powersgd, 40)
+    for got, want, what in zip(low, plain, ('weight', 'bias'), strict=True):
+        close(got, want, f'PowerSGD {what} after 40 steps', atol=1e-5)
+    if powersgd.step != 40 or len(powersgd.q) != 1 or len(powersgd.residuals) != 1:
+        raise AssertionError(f'PowerSGD state: step {powersgd.step}, q {list(powersgd.q)}, '
+                             f'residuals {list(powersgd.residuals)}')
+    # Sum: n times the average's step at the first step (uncompressed: start_iter=2).
+    summed = train(hvd.PowerSGD(rank=3, start_iter=0, min_compression_rate=1.0), 1, op=hvd.Sum)
+    averaged = train(hvd.PowerSGD(rank=3, start_iter=0, min_compression_rate=1.0), 1)
+    close(w0 - summed[0], n * (w0 - averaged[0]), 'PowerSGD with Sum', atol=1e-5)
+    # A checkpoint's state continues identically in a new compressor.
+    grads = [('w', tf.constant(rng_for(rank, 33).standard_normal((8, 12)), tf.float32))]
+    first = hvd.PowerSGD(rank=2, start_iter=0)
+    first.reduce(grads)
+    restored = hvd.PowerSGD(rank=2, start_iter=0)
+    restored.load_state_dict(first.state_dict())
+    close(restored.reduce(grads)[0], first.reduce(grads)[0], 'PowerSGD restored from state_dict', atol=0)
+    counts['powersgd'] = powersgd.step
+    # TopK: every rank's k largest entries, added up and averaged; the rest is the residual.
+    topk = hvd.TopK(ratio=0.25)
+    grads = [(f'g{i}', tf.constant(rng_for(rank, 40 + i).standard_normal(shape), tf.float32))
+             for i, shape in enumerate([(4, 5), (7,)])]
+    reduced = topk.reduce(grads)
+    for i, ((name, grad), result) in enumerate(zip(grads, reduced, strict=True)):
+        shape = grad.shape.as_list()
+        k = int(np.ceil(0.25 * np.prod(shape)))
+        expected = np.zeros(int(np.prod(shape)))
+        for r in range(n):
+            values = rng_for(r, 40 + i).standard_normal(shape).reshape(-1)
+            chosen = np.argsort(-np.abs(values))[:k]
+            expected[chosen] += values[chosen]
+            if r == rank:
+                residual = values.copy()
+                residual[chosen] = 0
+                close(topk.residuals[name], residual.reshape(shape), f'TopK residual of {name}')
+        close(result, (expected / n).reshape(shape), f'TopK average of {name}')
+    counts['topk'] = topk.step
+    # Cast(bf16) reduces as Compression.bf16 does, in one group.
+    cast = Cast(hvd.Compression.bf16).reduce(grads)
+    for (name, grad), result in zip(grads, cast, strict=True):
+        close(result, hvd.allreduce(grad, compression=hvd.Compression.bf16, name=f'cast.{name}'),
+              f'Cast(bf16) of {name}', atol=0)
+    # The Keras optimizer wrapper takes one too (eagerly): one SGD step of the average gradient.
+    def local_gradient(r):
+        w = tf.Variable(w0)
+        with tf.GradientTape() as t:
+            loss = tf.reduce_mean((tf.matmul(x, w) - targets[r]) ** 2)
+        return t.gradient(loss, w).numpy()
+
+    w = tf.Variable(w0)
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), compression=hvd.PowerSGD(rank=3, start_iter=0,
+                                                                                        min_compression_rate=1.0))
+    with tf.GradientTape() as t:
+        loss = tf.reduce_mean((tf.matmul(x, w) - targets[rank]) ** 2)
+    opt.apply_gradients([(t.gradient(loss, w), w)])
+    close(w.numpy(), w0 - 0.1 * np.mean([local_gradient(r) for r in range(n)], axis=0),
+          'DistributedOptimizer with PowerSGD', atol=1e-5)
+    counts['optimizer_step'] = int(opt.iterations.numpy())
+    # Inside a graph: a clear error, not a silent wrong state.
+    try:
+        tf.function(lambda: hvd.TopK(0.5).reduce([('g', tf.ones(4))]))()
+        raise AssertionError('TopK.reduce inside tf.function did not raise')
+    except ValueError as error:
+        if 'eagerly' not in str(error):
+            raise
+    return counts
+
+
 WORKERS = {
     'import_without_torch': import_without_torch,
     'collectives': collectives,
@@ -760,6 +924,8 @@ WORKERS = {
     'sparse_average': sparse_average,
     'alignment': alignment,
     'reduce': reduce,
+    'bfloat16': bfloat16,
+    'stateful_compression': stateful_compression,
     'process_sets': process_sets,
     'join': join,
     'elastic': elastic,

@@ -24,7 +24,7 @@ import tensorflow as tf  # noqa: E402
 
 from horovod.common.api import *  # noqa: E402,F403 (hvd.size, hvd.Average, hvd.ProcessSet, ...)
 from horovod.tensorflow import mpi_ops, util  # noqa: F401 (hvd.mpi_ops, hvd.util)
-from horovod.tensorflow.compression import Compression  # noqa: F401
+from horovod.tensorflow.compression import Compression, PowerSGD, TopK  # noqa: F401
 from horovod.tensorflow.functions import (  # noqa: F401
     allgather_object,
     broadcast_global_variables,

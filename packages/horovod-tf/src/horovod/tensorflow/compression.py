@@ -1,5 +1,8 @@
-"""Gradient compression for the allreduce: a compressor turns a tensor into what travels between
-the ranks and back (the framework-neutral part is ``horovod.common.compression``)."""
+"""Gradient compression: fewer bytes sent between ranks. The casts (``Compression.fp16``,
+``Compression.bf16``) turn each tensor into what travels between the ranks and back (their
+framework-neutral part is ``horovod.common.compression``); the compressors with state
+(``PowerSGD``, ``TopK``, ``Cast``, from ``horovod.tensorflow.stateful_compression``) combine all
+the gradients of a step, eagerly."""
 
 import tensorflow as tf
 
@@ -34,3 +37,8 @@ class Compression(_common.Compression):
 
     fp16 = FP16Compressor
     bf16 = BF16Compressor
+
+
+# The compressors with state, built on the collectives of mpi_ops and reduction (which import
+# nothing of this module: no import circle).
+from horovod.tensorflow.stateful_compression import Cast, PowerSGD, StatefulCompressor, TopK  # noqa: E402,F401

@@ -5,7 +5,7 @@ import warnings
 
 import tensorflow as tf
 
-from horovod.tensorflow.compression import Compression
+from horovod.common.compression import NoneCompressor
 from horovod.tensorflow.gradient_aggregation import LocalGradientAggregationHelper
 from horovod.tensorflow.gradient_aggregation_eager import LocalGradientAggregationHelperEager
 from horovod.tensorflow.mpi_ops import (
@@ -91,6 +91,9 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
     else:
         prescale = postscale = 1.0
 
+    if getattr(compression, 'stateful', False):
+        return _make_stateful_reduce_fn(name, compression, op, gradient_predivide_factor, process_set)
+
     @_no_autograph
     def allreduce_grads(grads, vars=None, use_generic_names=False):
         grads = list(grads)
@@ -131,6 +134,38 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
                 for i, r, ctx in zip(dense, _finish(started), contexts, strict=True):
                     result[i] = compression.decompress(r, ctx)
             return result
+
+    return allreduce_grads
+
+
+def _make_stateful_reduce_fn(name, compression, op, gradient_predivide_factor, process_set):
+    """``allreduce_grads`` for a compressor with state (PowerSGD, TopK, Cast): every non-None
+    gradient (``tf.IndexedSlices`` densified) goes to one ``compression.reduce`` per step, named
+    by its position and its variable's name (eagerly only; see
+    ``horovod.tensorflow.stateful_compression``).
+
+    Raises:
+        ValueError: ``op`` is neither Average nor Sum, or a gradient predivide factor is set.
+    """
+    if op not in (Average, Sum) or gradient_predivide_factor != 1.0:
+        raise ValueError(f'a stateful compressor ({type(compression).__name__}) combines gradients with '
+                         f'hvd.Average or hvd.Sum and no gradient_predivide_factor; got op={op!r}, '
+                         f'gradient_predivide_factor={gradient_predivide_factor}.')
+
+    @_no_autograph
+    def allreduce_grads(grads, vars=None, use_generic_names=False):
+        grads = list(grads)
+        if process_set.included() is False:
+            return grads
+        indices = [i for i, g in enumerate(grads) if g is not None]
+        named = []
+        for i in indices:
+            label = f'{name}.{i}' if vars is None or vars[i] is None else f'{name}.{i}.{vars[i].name}'
+            named.append((label, tf.convert_to_tensor(grads[i])))
+        result = list(grads)
+        for i, reduced in zip(indices, compression.reduce(named, op=op, process_set=process_set), strict=True):
+            result[i] = reduced
+        return result
 
     return allreduce_grads
 
@@ -245,7 +280,7 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
     ``DistributedOptimizer``."""
 
     def __init__(self, optimizer, name=None, use_locking=False, device_dense='', device_sparse='',
-                 compression=Compression.none, sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0,
+                 compression=NoneCompressor, sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0,
                  backward_passes_per_step=1, average_aggregated_gradients=False, groups=None,
                  process_set=global_process_set, scale_local_gradients=True):
         if name is None:
@@ -322,7 +357,7 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
 
 
 def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='', device_sparse='',
-                         compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
+                         compression=NoneCompressor, sparse_as_dense=False, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
                          num_groups=0, groups=None, process_set=global_process_set, scale_local_gradients=True):
     """Wraps an optimizer so that gradients are averaged (or summed) across ranks before they are
@@ -334,7 +369,9 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
         name: name of the wrapper (default ``'Distributed' + class name``).
         use_locking: passed to the legacy optimizer base.
         device_dense, device_sparse: accepted for compatibility; every op runs on the CPU.
-        compression: ``Compression.none`` or ``Compression.fp16``.
+        compression: ``Compression.none``, ``.fp16`` or ``.bf16`` (a cast around each allreduce),
+            or a compressor with state: ``hvd.PowerSGD``, ``hvd.TopK`` or
+            ``hvd.compression.Cast`` (eagerly only; ``horovod.tensorflow.stateful_compression``).
         sparse_as_dense: densify ``tf.IndexedSlices`` gradients before reducing.
         backward_passes_per_step: accumulate this many batches of gradients locally and reduce
             once (Keras optimizers; legacy optimizers in graph mode).

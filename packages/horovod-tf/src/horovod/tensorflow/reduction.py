@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from horovod.tensorflow.util import _no_autograph
 
-from horovod.tensorflow.compression import Compression
+from horovod.common.compression import NoneCompressor
 from horovod.tensorflow.mpi_ops import (
     Adasum,
     Average,
@@ -36,12 +36,12 @@ def _check_sparse_op(op, prescale_factor, postscale_factor):
 def _scale(values, factor):
     """``values * factor`` with the engine's arithmetic for a scale factor (core.md §6.2), so
     that an average computed here equals the engine's dense one: integers in float64, truncated
-    toward zero and cast back; float16 in float32, rounded to float16; float32 and float64 with
+    toward zero and cast back; float16 and bfloat16 in float32, rounded back; float32 and float64 with
     the factor cast to their own precision. ``factor`` is a float64 scalar tensor."""
     dtype = values.dtype
     if dtype.is_integer:
         return tf.cast(tf.cast(values, tf.float64) * factor, dtype)
-    if dtype == tf.float16:
+    if dtype in (tf.float16, tf.bfloat16):
         return tf.cast(tf.cast(values, tf.float32) * tf.cast(factor, tf.float32), dtype)
     return values * tf.cast(factor, dtype)
 
@@ -69,13 +69,13 @@ def _sparse_allreduce(slices, op, name, process_set, ignore_name_scope):
 
 
 @_no_autograph
-def allreduce(tensor, average=None, device_dense='', device_sparse='', compression=Compression.none, op=None,
+def allreduce(tensor, average=None, device_dense='', device_sparse='', compression=NoneCompressor, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
               ignore_name_scope=False):
     """Reduces ``tensor`` over the ranks of ``process_set``; differentiable.
 
     Args:
-        tensor: a dense tensor (uint8, int8, int32, int64, float16, float32, float64; any shape)
+        tensor: a dense tensor (uint8, int8, int32, int64, float16, bfloat16, float32, float64; any shape)
             or a ``tf.IndexedSlices``.
         average: deprecated; True means ``op=Average``, False ``op=Sum``.
         device_dense, device_sparse: accepted for compatibility; every op runs on the CPU.
@@ -113,7 +113,7 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='', compressi
 
 
 @_no_autograph
-def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='', compression=Compression.none,
+def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='', compression=NoneCompressor,
                       op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
                       ignore_name_scope=False, name=None):
     """Reduces a list of tensors; the dense ones go to the engine as one group (fused), the
@@ -159,15 +159,15 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='', 
 
 
 @_no_autograph
-def reducescatter(tensor, device_dense='', compression=Compression.none, op=Average, name=None,
+def reducescatter(tensor, device_dense='', compression=NoneCompressor, op=Average, name=None,
                   process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
                   postscale_factor=1.0):
     """Reduces ``tensor`` over the set and returns this rank's block of rows: member ``r`` gets
     ``dim0 // n + (r < dim0 % n)`` rows of the reduction. Differentiable.
 
     Args:
-        tensor: a dense tensor whose rows are split over the ranks (int32, int64, float16, float32,
-            float64); every rank passes the same shape and dtype.
+        tensor: a dense tensor whose rows are split over the ranks (int32, int64, float16, bfloat16,
+            float32, float64); every rank passes the same shape and dtype.
         device_dense: accepted for compatibility; the op runs on the CPU.
         compression: ``Compression.none`` or ``Compression.fp16``.
         op: ``Average`` (default) or ``Sum``.
@@ -190,7 +190,7 @@ def reducescatter(tensor, device_dense='', compression=Compression.none, op=Aver
 
 
 @_no_autograph
-def grouped_reducescatter(tensors, device_dense='', compression=Compression.none, op=Average,
+def grouped_reducescatter(tensors, device_dense='', compression=NoneCompressor, op=Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """:func:`reducescatter` of a list of tensors, submitted to the engine as one group.
 

@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from horovod.tensorflow.compression import Compression
+from horovod.common.compression import NoneCompressor
 from horovod.tensorflow.mpi_ops import Average, global_process_set
 from horovod.tensorflow.optimizer import _check_options, _make_allreduce_grads_fn, _reduce_with_locals
 from horovod.tensorflow.util import _no_autograph, _ref
@@ -66,7 +66,7 @@ def _distributed_tape(gradtape, device_dense, device_sparse, compression, sparse
     return tape
 
 
-def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compression=Compression.none,
+def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compression=NoneCompressor,
                             sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
                             groups=None, process_set=global_process_set, scale_local_gradients=True):
     """A tape whose ``gradient`` averages (or sums) the gradients across ranks.
@@ -77,7 +77,9 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compres
     Args:
         gradtape: the ``tf.GradientTape``.
         device_dense, device_sparse: accepted for compatibility; every op runs on the CPU.
-        compression: ``Compression.none`` or ``Compression.fp16``.
+        compression: ``Compression.none``, ``.fp16`` or ``.bf16`` (a cast around each allreduce),
+            or a compressor with state: ``hvd.PowerSGD``, ``hvd.TopK`` or
+            ``hvd.compression.Cast`` (eagerly only; ``horovod.tensorflow.stateful_compression``).
         sparse_as_dense: densify ``tf.IndexedSlices`` gradients (else they are allgathered).
         op: ``hvd.Average`` (default), ``hvd.Sum`` (or Min/Max/Product).
         gradient_predivide_factor: with Average, divide by this before the sum and multiply after.
@@ -93,7 +95,7 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compres
                              gradient_predivide_factor, num_groups, groups, process_set, scale_local_gradients)
 
 
-def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='', compression=Compression.none,
+def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='', compression=NoneCompressor,
                                    sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
                                    groups=None, process_set=global_process_set, local_layers=None,
                                    scale_local_gradients=True):

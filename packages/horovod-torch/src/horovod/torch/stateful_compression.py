@@ -1,389 +1,55 @@
-"""Gradient compressors that keep state across steps and run their own collectives: PowerSGD
-(low-rank) and top-k, both with error feedback.
-
-A stateful compressor replaces the allreduce of a set of gradients as a whole: ``reduce``
-takes every gradient of a step at once, runs the collectives it needs (two fused allreduces for
-PowerSGD, fused allgathers for top-k) and returns the combined gradients. It keeps per-parameter
-state, keyed by the parameter's name: the error-feedback residuals (what was not sent, added to
-the next step's gradient) and, for PowerSGD, the right factors reused as the next step's starting
-point (warm start). ``state_dict``/``load_state_dict`` save and restore it; after a change of the
-world size (an elastic reset) ``reset_residuals`` zeroes the residuals on every rank, since the
-residuals of ranks that left are lost and the others would otherwise be applied unevenly.
+"""The compressors with state (PowerSGD, top-k, the casts in the same interface) for PyTorch
+tensors: the classes are ``horovod.common.stateful_compression``'s, which describes them; this
+module registers PyTorch's tensor operations and horovod.torch's collectives for them.
 
 ``hvd.DistributedOptimizer(..., compression=hvd.PowerSGD(rank=4))`` uses one; so can a training
-loop directly, through ``reduce``. ``Cast`` puts the stateless casts (``hvd.Compression.fp16``,
-``.bf16``) in the same interface.
+loop directly, through ``reduce``.
 """
-
-import math
-import zlib
 
 import torch
 
+from horovod.common import stateful_compression as _common
+from horovod.common.stateful_compression import Cast, PowerSGD, StatefulCompressor, TopK  # noqa: F401 (exported)
 from horovod.torch import mpi_ops
 
 
-class StatefulCompressor:
-    """Interface of a compressor with state. ``reduce(named_grads, op, process_set)`` returns
-    the combined gradients; ``state_dict()``/``load_state_dict(state)`` save and restore the
-    state; ``step`` counts the calls of ``reduce``."""
+class _TorchOps(_common.TensorOps):
+    """PyTorch's operations for the compressors (see ``horovod.common.stateful_compression``):
+    CPU tensors, or GPU tensors with a build with NCCL (every tensor made here follows the
+    gradient's device)."""
 
-    stateful = True
+    grouped_allreduce = staticmethod(mpi_ops.grouped_allreduce)
+    grouped_allgather = staticmethod(mpi_ops.grouped_allgather)
+    is_floating = staticmethod(lambda tensor: tensor.is_floating_point())
+    dtype = staticmethod(lambda tensor: tensor.dtype)
+    shape = staticmethod(lambda tensor: tuple(tensor.shape))
+    reshape = staticmethod(lambda tensor, shape: tensor.reshape(shape))
+    cast = staticmethod(lambda tensor, dtype: tensor.to(dtype))
+    factor_dtype = staticmethod(lambda dtype: torch.float64 if dtype == torch.float64 else torch.float32)
+    transpose = staticmethod(lambda matrix: matrix.T)
+    orthonormal = staticmethod(lambda matrix: torch.linalg.qr(matrix).Q)
+    top_k_abs = staticmethod(lambda flat, k: torch.topk(flat.abs(), k, sorted=False).indices)
+    take = staticmethod(lambda flat, indices: flat[indices])
+    int32 = staticmethod(lambda indices: indices.to(torch.int32))
+    contiguous = staticmethod(lambda tensor: tensor.contiguous())
+    detach = staticmethod(lambda tensor: tensor.detach())
+    copy = staticmethod(lambda tensor: tensor.clone())
 
-    def __init__(self):
-        self.step = 0
+    @staticmethod
+    def gaussian(rows, columns, seed, like):
+        generator = torch.Generator().manual_seed(seed)
+        return torch.randn(rows, columns, generator=generator, dtype=torch.float64).to(like.dtype).to(like.device)
 
-    def reduce(self, named_grads, op=mpi_ops.Average, process_set=mpi_ops.global_process_set):
-        """Combines the gradients of every rank of ``process_set``.
+    @staticmethod
+    def zero_at(flat, indices):
+        out = flat.clone()
+        out[indices] = 0
+        return out
 
-        Args:
-            named_grads: list of ``(name, gradient)``: a name unique to the parameter, the same
-                on every rank, and its dense gradient tensor (any shape, floating point).
-            op: ``hvd.Average`` (default) or ``hvd.Sum``.
-            process_set: the ranks that take part (all of them call ``reduce`` with the same
-                names, shapes and dtypes, in the same order).
-
-        Returns:
-            The list of combined gradients, in the order of ``named_grads`` (new tensors).
-
-        Raises:
-            ValueError: ``op`` is neither Average nor Sum, or a gradient is not floating point.
-            NotImplementedError: here, in the interface; a compressor overrides it.
-        """
-        raise NotImplementedError
-
-    def state_dict(self):
-        """The state as a dict of tensors and numbers (part of the optimizer's state_dict).
-
-        Raises:
-            NotImplementedError: here, in the interface; a compressor overrides it.
-        """
-        raise NotImplementedError
-
-    def load_state_dict(self, state):
-        """Restores ``state``, what :meth:`state_dict` returned.
-
-        Raises:
-            NotImplementedError: here, in the interface; a compressor overrides it.
-        """
-        raise NotImplementedError
-
-    def reset_residuals(self):
-        """Forgets the error-feedback residuals (every rank must call it).
-
-        Raises:
-            NotImplementedError: here, in the interface; a compressor overrides it.
-        """
-        raise NotImplementedError
+    @staticmethod
+    def scatter_add(size, indices, values, dtype):
+        dense = torch.zeros(size, dtype=dtype, device=values.device)
+        return dense.index_add_(0, indices.to(torch.int64), values)
 
 
-def _check(named_grads, op):
-    if op not in (mpi_ops.Average, mpi_ops.Sum):
-        raise ValueError(f"a stateful compressor combines gradients with hvd.Average or hvd.Sum, got op={op!r}")
-    for name, grad in named_grads:
-        if not grad.is_floating_point():
-            raise ValueError(f"a stateful compressor needs floating-point gradients; {name} is {grad.dtype}")
-
-
-class Cast(StatefulCompressor):
-    """A cast (``hvd.Compression.none``, ``.fp16`` or ``.bf16``) in the interface of the
-    compressors with state, for code that treats every compressor alike: ``reduce`` casts every
-    gradient, allreduces them as one group and casts the results back. It keeps no state but the
-    step count. (``hvd.DistributedOptimizer`` given the cast itself,
-    ``compression=hvd.Compression.bf16``, allreduces each gradient as the backward pass produces
-    it; given ``Cast(...)``, all of them at once in ``synchronize()``.)
-
-    Args:
-        cast: an object with ``compress(tensor) -> (tensor, ctx)`` and
-            ``decompress(tensor, ctx) -> tensor``, such as ``hvd.Compression.bf16``.
-
-    Raises:
-        ValueError: ``cast`` lacks ``compress`` or ``decompress``.
-    """
-
-    def __init__(self, cast):
-        super().__init__()
-        if not (callable(getattr(cast, "compress", None)) and callable(getattr(cast, "decompress", None))):
-            raise ValueError(f"Cast needs a compressor with compress() and decompress(), such as "
-                             f"hvd.Compression.bf16; got {cast!r}")
-        self.cast = cast
-
-    def reduce(self, named_grads, op=mpi_ops.Average, process_set=mpi_ops.global_process_set):
-        """Casts, allreduces and casts back every gradient (see :meth:`StatefulCompressor.reduce`).
-
-        Args:
-            named_grads: list of ``(name, gradient)``, the same names, shapes and dtypes in the
-                same order on every rank; floating-point gradients of any shape.
-            op: ``hvd.Average`` (default) or ``hvd.Sum``.
-            process_set: the ranks that take part (default: all).
-
-        Returns:
-            The combined gradients (new tensors, the gradients' dtypes), in the order of
-            ``named_grads``.
-
-        Raises:
-            ValueError: ``op`` is neither Average nor Sum, or a gradient is not floating point.
-        """
-        _check(named_grads, op)
-        self.step += 1
-        if not named_grads:
-            return []
-        compressed = [self.cast.compress(grad.contiguous()) for _, grad in named_grads]
-        reduced = mpi_ops.grouped_allreduce([tensor for tensor, _ in compressed], op=op,
-                                            name=f"cast.{self.step}", process_set=process_set)
-        return [self.cast.decompress(tensor, ctx) for tensor, (_, ctx) in zip(reduced, compressed, strict=True)]
-
-    def state_dict(self):
-        """``{"step": int}``."""
-        return {"step": self.step}
-
-    def load_state_dict(self, state):
-        """Restores the step count from ``state``, what :meth:`state_dict` returned."""
-        self.step = int(state["step"])
-
-    def reset_residuals(self):
-        """Nothing to forget: a cast keeps no residuals."""
-
-
-class _ErrorFeedback(StatefulCompressor):
-    """Residual bookkeeping shared by PowerSGD and top-k."""
-
-    def __init__(self, error_feedback):
-        super().__init__()
-        self.error_feedback = error_feedback
-        self.residuals = {}
-
-    def _with_residual(self, name, grad):
-        if not self.error_feedback:
-            return grad
-        residual = self.residuals.get(name)
-        if residual is None or residual.shape != grad.shape:
-            return grad
-        return grad + residual.to(grad.dtype)
-
-    def _keep_residual(self, name, residual):
-        # ``residual`` is a new tensor the caller does not keep: no copy.
-        if self.error_feedback:
-            self.residuals[name] = residual.detach()
-
-    def reset_residuals(self):
-        self.residuals = {}
-
-    def _state(self):
-        return {"step": self.step, "residuals": {k: v.clone() for k, v in self.residuals.items()}}
-
-    def _load(self, state):
-        self.step = int(state["step"])
-        self.residuals = {k: v.clone() for k, v in state.get("residuals", {}).items()}
-
-
-class PowerSGD(_ErrorFeedback):
-    """Low-rank gradient compression by one step of power iteration per training step (Vogels,
-    Karimireddy and Jaggi, 2019, "PowerSGD: Practical Low-Rank Gradient Compression for
-    Distributed Optimization", Algorithm 1, with error feedback and warm start).
-
-    A gradient of shape ``[n, ...]`` is seen as a matrix ``M`` of ``n`` rows and ``m`` columns
-    (the other dimensions flattened). With ``Q`` an ``m x r`` matrix: ``P = M Q`` is averaged over
-    the ranks and orthonormalised (QR), then ``Q = M^T P`` is averaged, and ``P Q^T`` is the
-    result: ``(n + m) r`` values sent instead of ``n m``. With error feedback, what the rank's own
-    share lost, ``M - P P^T M``, is kept and added to the next step's gradient; with warm start,
-    the averaged ``Q`` starts the next step.
-    When the combined gradient has rank <= ``r``, ``P Q^T`` is that gradient (up to rounding);
-    with error feedback keep ``r`` above that rank: round-off left in the residuals needs a spare
-    direction to be sent, or it accumulates (measured: with rank-2 gradients and r = 2 the result
-    drifts by 1e-5 within 25 steps; with r = 3 it stays within 1e-10 over 100).
-
-    Sent uncompressed, in one fused allreduce: vectors (biases) and scalars, matrices for which
-    ``(n + m) r * min_compression_rate`` is not below ``n m``, and every gradient during the
-    first ``start_iter`` steps.
-
-    Args:
-        rank: r, the rank of the approximation (int >= 1).
-        start_iter: steps sent uncompressed before compression starts (int >= 0).
-        min_compression_rate: how many times fewer values a matrix must send to be compressed
-            (float >= 1).
-        warm_start: reuse each matrix's ``Q`` from the previous step (else a new random one).
-        error_feedback: add what was not sent to the next step's gradient.
-        seed: seed of the initial ``Q`` matrices (the same on every rank).
-
-    Raises:
-        ValueError: an argument is out of its range.
-    """
-
-    def __init__(self, rank=1, start_iter=10, min_compression_rate=2.0, warm_start=True, error_feedback=True,
-                 seed=0):
-        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
-            raise ValueError(f"PowerSGD's rank must be an int >= 1, got {rank!r}")
-        if not isinstance(start_iter, int) or isinstance(start_iter, bool) or start_iter < 0:
-            raise ValueError(f"PowerSGD's start_iter must be an int >= 0, got {start_iter!r}")
-        if not min_compression_rate >= 1:
-            raise ValueError(f"PowerSGD's min_compression_rate must be >= 1, got {min_compression_rate!r}")
-        super().__init__(error_feedback)
-        self.rank = rank
-        self.start_iter = start_iter
-        self.min_compression_rate = float(min_compression_rate)
-        self.warm_start = warm_start
-        self.seed = seed
-        self.q = {}
-
-    def compressed(self, shape):
-        """Whether a gradient of ``shape`` is sent as low-rank factors (once past start_iter)."""
-        if len(shape) < 2:
-            return False
-        n, m = shape[0], math.prod(shape[1:])
-        return (n + m) * self.rank * self.min_compression_rate < n * m
-
-    def _initial_q(self, name, m, dtype):
-        # crc32, not hash(): Python randomises str hashes per process, and every rank needs the
-        # same matrix.
-        generator = torch.Generator().manual_seed(zlib.crc32(f"{self.seed}:{name}:{self.step}".encode()))
-        return torch.randn(m, self.rank, generator=generator, dtype=torch.float64).to(dtype)
-
-    def reduce(self, named_grads, op=mpi_ops.Average, process_set=mpi_ops.global_process_set):
-        """Combines ``named_grads`` over ``process_set`` as described above (see
-        :meth:`StatefulCompressor.reduce`).
-
-        Args:
-            named_grads: list of ``(name, gradient)``, the same names, shapes and dtypes in the
-                same order on every rank; floating-point gradients of any shape.
-            op: ``hvd.Average`` (default) or ``hvd.Sum``.
-            process_set: the ranks that take part (default: all).
-
-        Returns:
-            The combined gradients (new tensors), in the order of ``named_grads``.
-
-        Raises:
-            ValueError: ``op`` is neither Average nor Sum, or a gradient is not floating point.
-        """
-        _check(named_grads, op)
-        self.step += 1
-        results = [None] * len(named_grads)
-        plain, low = [], []
-        for i, (_, grad) in enumerate(named_grads):
-            if self.step > self.start_iter and self.compressed(grad.shape):
-                low.append(i)
-            else:
-                plain.append(i)
-        if plain:
-            out = mpi_ops.grouped_allreduce([named_grads[i][1].contiguous() for i in plain], op=op,
-                                            name=f"powersgd.plain.{self.step}", process_set=process_set)
-            for i, tensor in zip(plain, out, strict=True):
-                results[i] = tensor
-        if low:
-            # The factors are computed in float32 at least (float64 stays float64).
-            matrices, qs = [], []
-            for i in low:
-                name, grad = named_grads[i]
-                dtype = torch.float64 if grad.dtype == torch.float64 else torch.float32
-                matrix = self._with_residual(name, grad).to(dtype).reshape(grad.shape[0], -1)
-                q = self.q.get(name) if self.warm_start else None
-                if q is None or q.shape != (matrix.shape[1], self.rank) or q.dtype != dtype:
-                    q = self._initial_q(name, matrix.shape[1], dtype)
-                else:
-                    # The same span, better conditioned: the last step's Q can have nearly
-                    # parallel columns, and P = M Q would lose precision in its QR.
-                    q = torch.linalg.qr(q).Q
-                matrices.append(matrix)
-                qs.append(q)
-            ps = mpi_ops.grouped_allreduce([m @ q for m, q in zip(matrices, qs, strict=True)], op=mpi_ops.Average,
-                                           name=f"powersgd.p.{self.step}", process_set=process_set)
-            ps = [torch.linalg.qr(p).Q for p in ps]
-            local_qs = [m.T @ p for m, p in zip(matrices, ps, strict=True)]
-            qs = mpi_ops.grouped_allreduce(local_qs, op=mpi_ops.Average, name=f"powersgd.q.{self.step}",
-                                           process_set=process_set)
-            scale = process_set.size() if op == mpi_ops.Sum else 1
-            for i, matrix, p, local_q, q in zip(low, matrices, ps, local_qs, qs, strict=True):
-                name, grad = named_grads[i]
-                # The error of this rank's own share, P (P^T M), as in the paper: zero when M's
-                # columns lie in the span of P.
-                self._keep_residual(name, matrix - p @ local_q.T)
-                self.q[name] = q
-                approx = p @ q.T
-                results[i] = (approx * scale).reshape(grad.shape).to(grad.dtype)
-        return results
-
-    def state_dict(self):
-        """``{"step": int, "residuals": {name: tensor}, "q": {name: tensor}}``: copies of the
-        step count, this rank's residuals and the factors ``Q`` (``m x r``)."""
-        return {**self._state(), "q": {k: v.clone() for k, v in self.q.items()}}
-
-    def load_state_dict(self, state):
-        """Restores ``state``, a dict from :meth:`state_dict` (missing residuals or factors
-        start empty)."""
-        self._load(state)
-        self.q = {k: v.clone() for k, v in state.get("q", {}).items()}
-
-
-class TopK(_ErrorFeedback):
-    """Sends only the ``ratio`` largest-magnitude entries of each gradient, as (indices, values)
-    by allgather; every rank adds all ranks' entries into a dense gradient (Aji and Heafield,
-    2017, "Sparse Communication for Distributed Gradient Descent"; error feedback as in Stich,
-    Cordonnier and Jaggi, 2018, "Sparsified SGD with Memory"). With error feedback, the entries
-    not sent are kept and added to the next step's gradient.
-
-    Each rank sends ``k = ceil(ratio * numel)`` (at least 1) int32 indices and values of the
-    gradient's dtype per gradient, in one fused allgather for the indices and one for the values.
-
-    Args:
-        ratio: the share of entries sent (0 < ratio <= 1).
-        error_feedback: add what was not sent to the next step's gradient.
-
-    Raises:
-        ValueError: ``ratio`` is not in (0, 1].
-    """
-
-    def __init__(self, ratio=0.01, error_feedback=True):
-        if not 0 < ratio <= 1:
-            raise ValueError(f"TopK's ratio must be in (0, 1], got {ratio!r}")
-        super().__init__(error_feedback)
-        self.ratio = ratio
-
-    def reduce(self, named_grads, op=mpi_ops.Average, process_set=mpi_ops.global_process_set):
-        """Combines ``named_grads`` over ``process_set`` as described above (see
-        :meth:`StatefulCompressor.reduce`).
-
-        Args:
-            named_grads: list of ``(name, gradient)``, the same names, shapes and dtypes in the
-                same order on every rank; floating-point gradients of any shape.
-            op: ``hvd.Average`` (default) or ``hvd.Sum``.
-            process_set: the ranks that take part (default: all).
-
-        Returns:
-            The combined gradients (new tensors), in the order of ``named_grads``.
-
-        Raises:
-            ValueError: ``op`` is neither Average nor Sum, or a gradient is not floating point.
-        """
-        _check(named_grads, op)
-        self.step += 1
-        indices, values = [], []
-        for name, grad in named_grads:
-            flat = self._with_residual(name, grad).reshape(-1)
-            k = max(1, math.ceil(self.ratio * flat.numel()))
-            chosen = torch.topk(flat.abs(), k, sorted=False).indices
-            sent = flat[chosen]
-            if self.error_feedback:
-                residual = flat.clone()
-                residual[chosen] = 0
-                self._keep_residual(name, residual.reshape(grad.shape))
-            indices.append(chosen.to(torch.int32))
-            values.append(sent.contiguous())
-        all_indices = mpi_ops.grouped_allgather(indices, name=f"topk.indices.{self.step}", process_set=process_set)
-        all_values = mpi_ops.grouped_allgather(values, name=f"topk.values.{self.step}", process_set=process_set)
-        results = []
-        for (_, grad), idx, val in zip(named_grads, all_indices, all_values, strict=True):
-            dense = torch.zeros(grad.numel(), dtype=grad.dtype)
-            dense.index_add_(0, idx.to(torch.int64), val)
-            if op == mpi_ops.Average:
-                dense /= process_set.size()
-            results.append(dense.reshape(grad.shape))
-        return results
-
-    def state_dict(self):
-        """``{"step": int, "residuals": {name: tensor}}``: copies of the step count and this
-        rank's residuals."""
-        return self._state()
-
-    def load_state_dict(self, state):
-        """Restores ``state``, a dict from :meth:`state_dict` (missing residuals start empty)."""
-        self._load(state)
+_common.register(torch.Tensor, _TorchOps)
