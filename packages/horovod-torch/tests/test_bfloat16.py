@@ -60,6 +60,18 @@ def test_gloo_without_shared_memory():
     check(run_ranks(3, worker, env={"HOROVOD_SHARED_MEMORY": "0"}, timeout=180))
 
 
+def test_two_hosts():
+    """Two fake hosts of 2 ranks: Gloo across them, recursive halving and doubling in float32
+    then bfloat16, the first step between ranks of a host through cross-memory attach."""
+    check(run_ranks(4, worker, hosts=2, timeout=180))
+
+
+def test_gloo_without_shared_memory_four_ranks():
+    """Gloo's TCP at 4 ranks: recursive halving and doubling without cross-memory attach (at 3
+    ranks, above, a float32 ring reduce-scatter and a bfloat16 allgather)."""
+    check(run_ranks(4, worker, env={"HOROVOD_SHARED_MEMORY": "0"}, timeout=180))
+
+
 def test_hierarchical():
     check(run_ranks(4, worker, env={"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}, hosts=2, timeout=180))
 

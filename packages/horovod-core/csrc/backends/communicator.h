@@ -194,6 +194,17 @@ class Communicator {
   // only on the arguments and on state every rank agreed on, so all ranks take the same path.
   virtual bool SupportsPieces(int64_t bytes, size_t num_pieces) const { return false; }
   virtual void AllreducePieces(const AllreducePiecesOptions& options);
+  // A bfloat16 allreduce of `count` elements of `buffer`, in place, accumulated in float32 and rounded
+  // once (collectives/float32_accumulation.h: every rank gets postscale * op_r(prescale * x_r)
+  // computed in float32 and rounded to nearest even), by a shape of the transport's own. Returns
+  // false, touching nothing, where the transport has none for this count; the caller then runs a
+  // float32 Reducescatter and a bfloat16 Allgather. The answer depends only on `count` and the
+  // communicator, the same on every rank. Not forwarded by ForwardingCommunicator (a wrapper
+  // reduces by its own path).
+  virtual bool AllreduceBfloat16InFloat32(uint16_t* buffer, int64_t count, ReduceOp op, float prescale,
+                                          float postscale) {
+    return false;
+  }
   virtual void Allgather(const AllgatherOptions& options);
   virtual void Broadcast(const BroadcastOptions& options);
   virtual void Alltoall(const AlltoallOptions& options);

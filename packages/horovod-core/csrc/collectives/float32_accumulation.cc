@@ -39,6 +39,9 @@ void ReducescatterInFloat32(Communicator& comm, const uint16_t* input, const std
 
 void AllreduceInFloat32(Communicator& comm, uint16_t* buffer, int64_t count, ReduceOp op, double prescale,
                         double postscale) {
+  if (comm.AllreduceBfloat16InFloat32(buffer, count, op, static_cast<float>(prescale), static_cast<float>(postscale))) {
+    return;
+  }
   std::vector<int64_t> counts = SplitCounts(count, comm.size());
   // This rank's rounded block, apart from the buffer that the allgather writes.
   std::vector<uint16_t> mine(counts[comm.rank()]);

@@ -36,8 +36,10 @@ std::vector<int64_t> SplitCounts(int64_t count, int size);
 void ReducescatterInFloat32(Communicator& comm, const uint16_t* input, const std::vector<int64_t>& counts,
                             ReduceOp op, double prescale, double postscale, uint16_t* output);
 
-// Allreduce of `count` bfloat16 values of `buffer` in place over `comm`: ReducescatterInFloat32,
-// then an allgather of the rounded blocks.
+// Allreduce of `count` bfloat16 values of `buffer` in place over `comm`: the communicator's own
+// shape where it has one (Communicator::AllreduceBfloat16InFloat32: Gloo's recursive halving and
+// doubling, which keeps the largest exchanges on a host), else ReducescatterInFloat32, then an
+// allgather of the rounded blocks.
 void AllreduceInFloat32(Communicator& comm, uint16_t* buffer, int64_t count, ReduceOp op, double prescale,
                         double postscale);
 

@@ -28,4 +28,13 @@ namespace horovod::gloo_backend {
 // those of (x0 op x1) op (x2 op x3), and so on.
 void HalvingDoublingAllreduce(Peers& peers, char* data, int64_t count, DataType dtype, ReduceOp op);
 
+// A bfloat16 allreduce accumulated in float32 and rounded once (collectives/float32_accumulation.h),
+// in the same steps: `wide` holds this rank's `count` values of `data` widened to float32 (and
+// prescaled); the reduce-scatter reduces it in float32, each rank rounds its block, times
+// `postscale`, once into `data` (to nearest even), and the allgather moves bfloat16. At 2 hosts x 2
+// ranks each host sends the other 0.75 of what the float32 allreduce sends, where a float32 ring
+// reduce-scatter followed by a bfloat16 allgather sends 1.1 times as much.
+void HalvingDoublingAllreduceBfloat16(Peers& peers, uint16_t* data, float* wide, int64_t count, ReduceOp op,
+                                      float postscale);
+
 }  // namespace horovod::gloo_backend

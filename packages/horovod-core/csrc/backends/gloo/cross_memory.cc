@@ -104,6 +104,12 @@ void HostPeers::EnableCrossMemory(Peers& peers) {
   }
 }
 
+void CrossMemoryShareData(Peers& peers, int peer, CrossMemoryPeer& partner, const char* data) {
+  const uint64_t mine = reinterpret_cast<uintptr_t>(data);
+  peers.Send(peer, &mine, sizeof(mine));
+  std::memcpy(&partner.remote_data, peers.Recv(peer, sizeof(partner.remote_data)), sizeof(partner.remote_data));
+}
+
 void CrossMemoryExchange(Peers& peers, int peer, CrossMemoryPeer& partner, char* data, int64_t send_lo,
                          int64_t send_hi, int64_t keep_lo, int64_t keep_hi, bool reduce, DataType dtype, ReduceOp op) {
   const int64_t item = DataTypeSize(dtype);
@@ -117,9 +123,7 @@ void CrossMemoryExchange(Peers& peers, int peer, CrossMemoryPeer& partner, char*
     peers.Recv(peer, sizeof(done));
     return;
   }
-  const uint64_t mine = reinterpret_cast<uintptr_t>(data);
-  peers.Send(peer, &mine, sizeof(mine));
-  std::memcpy(&partner.remote_data, peers.Recv(peer, sizeof(partner.remote_data)), sizeof(partner.remote_data));
+  CrossMemoryShareData(peers, peer, partner, data);
   const int64_t piece = std::max<int64_t>(1, kCrossPieceBytes / item);
   if (partner.landing.size() < static_cast<size_t>(piece * item)) partner.landing.resize(piece * item);
   for (int64_t i = keep_lo; i < keep_hi; i += piece) {

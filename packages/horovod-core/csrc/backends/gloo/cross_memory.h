@@ -76,4 +76,10 @@ class HostPeers {
 void CrossMemoryExchange(Peers& peers, int peer, CrossMemoryPeer& partner, char* data, int64_t send_lo,
                          int64_t send_hi, int64_t keep_lo, int64_t keep_hi, bool reduce, DataType dtype, ReduceOp op);
 
+// Tells `peer` where this rank's data lies and learns where the peer's lies (partner.remote_data):
+// the first thing the reduce-scatter's exchange does. An allreduce whose allgather moves another
+// buffer than its reduce-scatter (a bfloat16 one after a float32 reduce-scatter) calls it with that
+// buffer before the allgather; both ranks call it, in the same order of partners.
+void CrossMemoryShareData(Peers& peers, int peer, CrossMemoryPeer& partner, const char* data);
+
 }  // namespace horovod::gloo_backend

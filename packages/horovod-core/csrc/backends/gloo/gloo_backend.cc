@@ -96,6 +96,11 @@ class GlooBackend : public Communicator {
     if (size_ > 1 && options.count > 0) sync_->Allreduce(options.buffer, options.count, options.dtype, options.op);
   }
 
+  bool AllreduceBfloat16InFloat32(uint16_t* buffer, int64_t count, ReduceOp op, float prescale,
+                                  float postscale) override {
+    return size_ > 1 && sync_->AllreduceBfloat16InFloat32(buffer, count, op, prescale, postscale);
+  }
+
   void Allgather(const AllgatherOptions& options) override {
     const std::vector<int64_t>& bytes_per_rank = options.bytes_per_rank;
     const void* input = options.input;

@@ -14,6 +14,7 @@
 #include "backends/gloo/store_adapter.h"
 #include "backends/gloo/tcp_sockets.h"
 #include "backends/gloo/tuning.h"
+#include "common/reduction.h"
 
 namespace horovod::gloo_backend {
 
@@ -135,6 +136,25 @@ void SyncMesh::Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp o
   } else {
     RingAllreduce(*this, data, count, dtype, op);
   }
+}
+
+bool SyncMesh::AllreduceBfloat16InFloat32(uint16_t* data, int64_t count, ReduceOp op, float prescale,
+                                          float postscale) {
+  const bool one_step = count * static_cast<int64_t>(sizeof(float)) <= one_step_bytes();
+  if (!one_step && (size_ & (size_ - 1)) != 0) return false;
+  if (wide_.size() < static_cast<size_t>(count)) wide_.resize(count);
+  float* wide = wide_.data();
+  for (int64_t i = 0; i < count; ++i) wide[i] = BFloat16ToFloat(data[i]);
+  if (prescale != 1.0f) {
+    for (int64_t i = 0; i < count; ++i) wide[i] *= prescale;
+  }
+  if (!one_step) {
+    HalvingDoublingAllreduceBfloat16(*this, data, wide, count, op, postscale);
+    return true;
+  }
+  OneStepAllreduce(*this, reinterpret_cast<char*>(wide), count, DataType::FLOAT32, op, scratch_);
+  for (int64_t i = 0; i < count; ++i) data[i] = FloatToBFloat16(postscale != 1.0f ? wide[i] * postscale : wide[i]);
+  return true;
 }
 
 void SyncMesh::Broadcast(void* buffer, int64_t bytes, int root) {

@@ -67,6 +67,12 @@ class SyncMesh : public Peers {
   // ring for 64-512 KiB at 2 hosts x 2 ranks on the test bed: every rank's messages arrive at once
   // from all its peers.)
   void Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op);
+  // In-place bfloat16 allreduce of `count` elements accumulated in float32 and rounded once
+  // (collectives/float32_accumulation.h): up to one_step_bytes() of float32 in one step (then every
+  // rank rounds the same float32 reduction), beyond at a power-of-two number of ranks by recursive
+  // halving and doubling (HalvingDoublingAllreduceBfloat16). Returns false, touching nothing, at
+  // other numbers of ranks beyond one step.
+  bool AllreduceBfloat16InFloat32(uint16_t* data, int64_t count, ReduceOp op, float prescale, float postscale);
   // `bytes` of `root`'s buffer on every rank, in messages of kSyncChunkBytes.
   void Broadcast(void* buffer, int64_t bytes, int root);
 
@@ -106,6 +112,7 @@ class SyncMesh : public Peers {
   std::shared_ptr<gloo::Context> context_;  // declared before peers_: their buffers go first
   std::vector<Peer> peers_;
   std::vector<char> scratch_;
+  std::vector<float> wide_;  // AllreduceBfloat16InFloat32's float32 values, kept between calls
   std::vector<char> round_out_;  // this rank's cache-round message (AllreduceBitsAndEager)
   HostPeers host_peers_;
 };
