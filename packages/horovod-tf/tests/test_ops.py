@@ -48,7 +48,7 @@ def test_stateful_compression(result):
     """PowerSGD, TopK and Cast through the tape and the optimizer, eagerly (the body compared
     them with numpy references and checked the refusal inside tf.function)."""
     _, values = result('stateful_compression')
-    assert values == [{'powersgd': 40, 'topk': 1, 'optimizer_step': 1}] * len(values), values
+    assert values == [{'powersgd': 40, 'topk': 1, 'optimizer_step': 1, 'elastic_state': 2}] * len(values), values
 
 
 def test_dynamic_process_sets(result):

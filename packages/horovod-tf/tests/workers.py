@@ -901,6 +901,35 @@ def stateful_compression():
     close(w.numpy(), w0 - 0.1 * np.mean([local_gradient(r) for r in range(n)], axis=0),
           'DistributedOptimizer with PowerSGD', atol=1e-5)
     counts['optimizer_step'] = int(opt.iterations.numpy())
+    # TensorFlowKerasState keeps a compressor consistent: sync gives every rank rank 0's step and
+    # factors and empties the residuals; a reset empties them.
+    model = keras.Sequential([keras.Input((12,)), keras.layers.Dense(10, use_bias=False)])
+    compressor = hvd.PowerSGD(rank=2, start_iter=0, min_compression_rate=1.0)
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), compression=compressor)
+
+    def keras_step():
+        with tf.GradientTape() as t:
+            loss = tf.reduce_mean((model(x) - targets[rank]) ** 2)
+        opt.apply_gradients(zip(t.gradient(loss, model.trainable_variables), model.trainable_variables, strict=True))
+
+    keras_step()
+    state = hvd.elastic.TensorFlowKerasState(model, opt)
+    if rank != 0:
+        # As a rank that joined with a compressor of its own would be.
+        compressor.step = 99
+        compressor.q = {k: v * 2.0 for k, v in compressor.q.items()}
+    state.sync()
+    views = hvd.allgather_object((compressor.step, {k: v.numpy().tolist() for k, v in compressor.q.items()},
+                                  len(compressor.residuals)))
+    if any(view != views[0] for view in views) or views[0][0] != 1 or views[0][2] != 0 or not views[0][1]:
+        raise AssertionError(f'TensorFlowKerasState.sync left the compressors at {[v[0] for v in views]}, '
+                             f'residuals {[v[2] for v in views]}')
+    keras_step()
+    had_residuals = bool(compressor.residuals)
+    state.on_reset()
+    if not had_residuals or compressor.residuals:
+        raise AssertionError(f'residuals before the reset: {had_residuals}, after: {list(compressor.residuals)}')
+    counts['elastic_state'] = compressor.step
     # Inside a graph: a clear error, not a silent wrong state.
     try:
         tf.function(lambda: hvd.TopK(0.5).reduce([('g', tf.ones(4))]))()

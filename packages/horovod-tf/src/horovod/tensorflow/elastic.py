@@ -68,6 +68,11 @@ def _snapshot(variables):
 class TensorFlowKerasState(ObjectState):
     """Elastic state of a Keras model and its optimizer, plus picklable attributes (``kwargs``).
 
+    An optimizer from ``hvd.DistributedOptimizer`` with a compressor with state (``hvd.PowerSGD``,
+    ``hvd.TopK``) has it kept consistent as ``hvd.elastic.TorchState`` does: ``sync`` gives every
+    rank rank 0's step and factors and empties the residuals; every reset empties every rank's
+    residuals (those of ranks that left are lost, and each rank's share of the data changed).
+
     Args:
         model: a built Keras model.
         optimizer: its optimizer (default ``model.optimizer``).
@@ -112,7 +117,23 @@ class TensorFlowKerasState(ObjectState):
         _build_optimizer_like_root(self.model, self.optimizer, self._bcast_object)
         broadcast_variables(self._variables(), root_rank=0)
         self._saved_variables = _snapshot(self._variables())
+        compression = self._stateful_compression()
+        if compression is not None:
+            shared = None
+            if rank() == 0:
+                shared = {k: v for k, v in compression.state_dict().items() if k != 'residuals'}
+            compression.load_state_dict(self._bcast_object(shared))
         super().sync()
+
+    def reset(self):
+        """Empties a stateful compressor's residuals on every rank (after Horovod restarted)."""
+        compression = self._stateful_compression()
+        if compression is not None:
+            compression.reset_residuals()
+
+    def _stateful_compression(self):
+        compression = getattr(self.optimizer, '_hvd_compression', None)
+        return compression if getattr(compression, 'stateful', False) else None
 
 
 class TensorFlowState(ObjectState):

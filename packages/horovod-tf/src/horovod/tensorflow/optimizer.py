@@ -218,6 +218,8 @@ def _create_keras_distributed_optimizer(optimizer, name, device_dense, device_sp
     def __init__(self, *args, **kwargs):
         base.__init__(self, *args, **kwargs)
         self._hvd_name = name or 'Distributed' + base.__name__
+        # TensorFlowKerasState shares and resets a compressor with state (horovod.tensorflow.elastic).
+        self._hvd_compression = compression
         self._hvd_local_vars = set()
         self._agg_helper = None
         if backward_passes_per_step > 1 and tf.executing_eagerly():
