@@ -24,107 +24,32 @@ from horovod.common.api import Average, Sum, global_process_set
 
 
 class TensorOps:
-    """What the compressors need of a framework: its collectives and a few tensor operations.
-    Every method is a static method of the framework's subclass, registered with
-    :func:`register`; tensors are the framework's."""
+    """What the compressors need of a framework, as static methods of its subclass (registered
+    with :func:`register`); tensors are the framework's:
 
-    # Collectives of the framework's binding, with its signatures (name=, op=, process_set=).
-    grouped_allreduce = None
-    grouped_allgather = None
+    - ``grouped_allreduce(tensors, op=, name=, process_set=)`` and
+      ``grouped_allgather(tensors, name=, process_set=)``: the binding's collectives;
+    - ``require_eager(what)``: raises where the compressor named ``what`` cannot run (TensorFlow:
+      inside a graph); here it does nothing;
+    - ``is_floating(tensor)``, ``dtype(tensor)``, ``shape(tensor)`` (a tuple of ints);
+    - ``reshape(tensor, shape)`` (-1 once at most), ``cast(tensor, dtype)``,
+      ``transpose(matrix)`` (2-D);
+    - ``factor_dtype(dtype)``: the dtype PowerSGD's factors of a ``dtype`` gradient are computed
+      in (float64 for float64, float32 for the others);
+    - ``orthonormal(matrix)``: Q of the reduced QR decomposition of an n x r matrix, n >= r;
+    - ``gaussian(rows, columns, seed, like)``: a standard normal matrix from the int ``seed``, the
+      same in every process, in the dtype and on the device of the tensor ``like``;
+    - ``top_k_abs(flat, k)``: the indices (integers, any order) of the ``k`` entries of largest
+      magnitude of a 1-D tensor; ``take(flat, indices)``: ``flat[indices]``;
+      ``zero_at(flat, indices)``: a copy of ``flat`` with those entries zero; ``int32(indices)``;
+    - ``scatter_add(size, indices, values, dtype)``: a 1-D ``dtype`` tensor of ``size`` zeros with
+      ``values`` added at ``indices`` (repeated indices add up);
+    - ``contiguous(tensor)``, ``detach(tensor)`` (no autograd history), ``copy(tensor)`` (one that
+      later in-place changes do not reach): here the tensor itself.
+    """
 
-    @staticmethod
-    def require_eager(what):
-        """Raises when the compressor cannot run here (TensorFlow: inside a graph)."""
-
-    @staticmethod
-    def is_floating(tensor):
-        """Whether ``tensor``'s dtype is floating point."""
-        raise NotImplementedError
-
-    @staticmethod
-    def dtype(tensor):
-        """``tensor``'s dtype (a framework dtype)."""
-        raise NotImplementedError
-
-    @staticmethod
-    def shape(tensor):
-        """``tensor``'s shape as a tuple of ints."""
-        raise NotImplementedError
-
-    @staticmethod
-    def reshape(tensor, shape):
-        """``tensor`` with ``shape`` (a tuple; -1 once at most)."""
-        raise NotImplementedError
-
-    @staticmethod
-    def cast(tensor, dtype):
-        """``tensor`` in ``dtype``."""
-        raise NotImplementedError
-
-    @staticmethod
-    def factor_dtype(dtype):
-        """The dtype PowerSGD's factors of a ``dtype`` gradient are computed in: float64 for
-        float64, float32 for the others."""
-        raise NotImplementedError
-
-    @staticmethod
-    def transpose(matrix):
-        """The transpose of a 2-D tensor."""
-        raise NotImplementedError
-
-    @staticmethod
-    def orthonormal(matrix):
-        """Q of the reduced QR decomposition of ``matrix`` (n x r, n >= r): orthonormal columns
-        spanning those of ``matrix``."""
-        raise NotImplementedError
-
-    @staticmethod
-    def gaussian(rows, columns, seed, like):
-        """A ``rows x columns`` matrix of standard normal values from ``seed`` (int), the same
-        in every process, in the dtype and on the device of the tensor ``like``."""
-        raise NotImplementedError
-
-    @staticmethod
-    def top_k_abs(flat, k):
-        """The indices (an integer tensor) of the ``k`` entries of largest magnitude of the 1-D
-        tensor ``flat``, in any order."""
-        raise NotImplementedError
-
-    @staticmethod
-    def take(flat, indices):
-        """``flat[indices]``."""
-        raise NotImplementedError
-
-    @staticmethod
-    def zero_at(flat, indices):
-        """A copy of the 1-D tensor ``flat`` with the entries at ``indices`` set to zero."""
-        raise NotImplementedError
-
-    @staticmethod
-    def int32(indices):
-        """``indices`` as int32 (what top-k sends)."""
-        raise NotImplementedError
-
-    @staticmethod
-    def scatter_add(size, indices, values, dtype):
-        """A 1-D ``dtype`` tensor of ``size`` zeros with ``values`` added at ``indices`` (repeated
-        indices add up)."""
-        raise NotImplementedError
-
-    @staticmethod
-    def contiguous(tensor):
-        """``tensor`` laid out as the binding's collectives take it."""
-        return tensor
-
-    @staticmethod
-    def detach(tensor):
-        """``tensor`` without autograd history (what a residual keeps)."""
-        return tensor
-
-    @staticmethod
-    def copy(tensor):
-        """A copy of ``tensor`` that later in-place changes of either do not reach."""
-        return tensor
+    require_eager = staticmethod(lambda what: None)
+    contiguous = detach = copy = staticmethod(lambda tensor: tensor)
 
 
 # (tensor types, TensorOps) per registered framework.
@@ -153,7 +78,8 @@ def ops_for(tensor):
 class StatefulCompressor:
     """Interface of a compressor with state. ``reduce(named_grads, op, process_set)`` returns
     the combined gradients; ``state_dict()``/``load_state_dict(state)`` save and restore the
-    state; ``step`` counts the calls of ``reduce``."""
+    state; ``step`` counts the calls of ``reduce``. A compressor implements ``_combine`` (what
+    ``reduce`` does once it checked its arguments) and the state methods."""
 
     stateful = True
 
@@ -161,22 +87,33 @@ class StatefulCompressor:
         self.step = 0
 
     def reduce(self, named_grads, op=Average, process_set=global_process_set):
-        """Combines the gradients of every rank of ``process_set``.
+        """Combines the gradients of every rank of ``process_set``, as the compressor's class
+        describes, and counts the step.
 
         Args:
             named_grads: list of ``(name, gradient)``: a name unique to the parameter, the same
-                on every rank, and its dense gradient tensor (any shape, floating point).
+                on every rank, and its dense gradient tensor (any shape, floating point), of a
+                framework whose Horovod binding is imported. Every rank of the set passes the same
+                names, shapes and dtypes, in the same order.
             op: ``hvd.Average`` (default) or ``hvd.Sum``.
-            process_set: the ranks that take part (all of them call ``reduce`` with the same
-                names, shapes and dtypes, in the same order).
+            process_set: the ranks that take part (default: all).
 
         Returns:
-            The list of combined gradients, in the order of ``named_grads`` (new tensors).
+            The list of combined gradients (new tensors of the gradients' shapes and dtypes), in
+            the order of ``named_grads``.
 
         Raises:
-            ValueError: ``op`` is neither Average nor Sum, or a gradient is not floating point.
-            NotImplementedError: here, in the interface; a compressor overrides it.
+            ValueError: ``op`` is neither Average nor Sum, a gradient is not floating point or of
+                no registered framework, or (TensorFlow) the call is inside a graph.
         """
+        ops = self._start(named_grads, op)
+        if not named_grads:
+            return []
+        return self._combine(ops, named_grads, op, process_set)
+
+    def _combine(self, ops, named_grads, op, process_set):
+        """What ``reduce`` does after its checks, for at least one gradient; ``ops`` is their
+        framework's TensorOps."""
         raise NotImplementedError
 
     def state_dict(self):
@@ -239,25 +176,7 @@ class Cast(StatefulCompressor):
                              f"hvd.Compression.bf16; got {cast!r}")
         self.cast = cast
 
-    def reduce(self, named_grads, op=Average, process_set=global_process_set):
-        """Casts, allreduces and casts back every gradient (see :meth:`StatefulCompressor.reduce`).
-
-        Args:
-            named_grads: list of ``(name, gradient)``, the same names, shapes and dtypes in the
-                same order on every rank; floating-point gradients of any shape.
-            op: ``hvd.Average`` (default) or ``hvd.Sum``.
-            process_set: the ranks that take part (default: all).
-
-        Returns:
-            The combined gradients (new tensors, the gradients' dtypes), in the order of
-            ``named_grads``.
-
-        Raises:
-            ValueError: ``op`` is neither Average nor Sum, or a gradient is not floating point.
-        """
-        ops = self._start(named_grads, op)
-        if not named_grads:
-            return []
+    def _combine(self, ops, named_grads, op, process_set):
         compressed = [self.cast.compress(ops.contiguous(grad)) for _, grad in named_grads]
         reduced = ops.grouped_allreduce([tensor for tensor, _ in compressed], op=op, name=f"cast.{self.step}",
                                         process_set=process_set)
@@ -374,23 +293,7 @@ class PowerSGD(_ErrorFeedback):
         seed = zlib.crc32(f"{self.seed}:{name}:{self.step}".encode())
         return ops.gaussian(ops.shape(like)[1], self.rank, seed, like)
 
-    def reduce(self, named_grads, op=Average, process_set=global_process_set):
-        """Combines ``named_grads`` over ``process_set`` as described above (see
-        :meth:`StatefulCompressor.reduce`).
-
-        Args:
-            named_grads: list of ``(name, gradient)``, the same names, shapes and dtypes in the
-                same order on every rank; floating-point gradients of any shape.
-            op: ``hvd.Average`` (default) or ``hvd.Sum``.
-            process_set: the ranks that take part (default: all).
-
-        Returns:
-            The combined gradients (new tensors), in the order of ``named_grads``.
-
-        Raises:
-            ValueError: ``op`` is neither Average nor Sum, or a gradient is not floating point.
-        """
-        ops = self._start(named_grads, op)
+    def _combine(self, ops, named_grads, op, process_set):
         results = [None] * len(named_grads)
         plain, low = [], []
         for i, (_, grad) in enumerate(named_grads):
@@ -472,25 +375,7 @@ class TopK(_ErrorFeedback):
         super().__init__(error_feedback)
         self.ratio = ratio
 
-    def reduce(self, named_grads, op=Average, process_set=global_process_set):
-        """Combines ``named_grads`` over ``process_set`` as described above (see
-        :meth:`StatefulCompressor.reduce`).
-
-        Args:
-            named_grads: list of ``(name, gradient)``, the same names, shapes and dtypes in the
-                same order on every rank; floating-point gradients of any shape.
-            op: ``hvd.Average`` (default) or ``hvd.Sum``.
-            process_set: the ranks that take part (default: all).
-
-        Returns:
-            The combined gradients (new tensors), in the order of ``named_grads``.
-
-        Raises:
-            ValueError: ``op`` is neither Average nor Sum, or a gradient is not floating point.
-        """
-        ops = self._start(named_grads, op)
-        if not named_grads:
-            return []
+    def _combine(self, ops, named_grads, op, process_set):
         indices, values = [], []
         for name, grad in named_grads:
             shape = ops.shape(grad)
