@@ -354,6 +354,53 @@ def test_elastic_reset_from_4_to_2_ranks_rebuilds_the_state_alike(tmp_path):
     check_finals(job, key="params")
 
 
+def process_set_worker():
+    """Ranks 0 and 2 of 3 in a process set: TopK and PowerSGD combine the members' gradients only,
+    and hvd.DistributedOptimizer(process_set=...) with PowerSGD averages over the members while
+    rank 1, outside the set, keeps its own gradient."""
+    import horovod.torch as hvd
+    members = hvd.ProcessSet([0, 2])
+    hvd.init(process_sets=[members])
+    rank = hvd.rank()
+    rng = np.random.default_rng(20 + rank)
+    grad = torch.from_numpy(rng.normal(size=(10, 10)))
+    lowrank = torch.from_numpy(np.outer(rng.normal(size=12), rng.normal(size=9)))
+    out = {}
+    if members.included():
+        out["topk"] = hvd.TopK(ratio=0.05).reduce([("g", grad)], op=hvd.Sum, process_set=members)[0].numpy()
+        out["powersgd"] = hvd.PowerSGD(rank=2, start_iter=0, min_compression_rate=1.0).reduce(
+            [("w", lowrank)], process_set=members)[0].numpy()
+    weight = torch.nn.Parameter(torch.zeros(12, 9, dtype=torch.float64))
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD([weight], lr=1.0), named_parameters=[("weight", weight)],
+                                         compression=hvd.PowerSGD(rank=2, start_iter=0, min_compression_rate=1.0),
+                                         process_set=members)
+    (weight * lowrank).sum().backward()
+    optimizer.step()
+    out["step"] = weight.detach().numpy().copy()
+    # Every rank waits for the members' collectives before any shuts down.
+    hvd.barrier()
+    hvd.shutdown()
+    return grad.numpy(), lowrank.numpy(), out
+
+
+def test_process_sets():
+    results = run_ranks(3, process_set_worker, timeout=120)
+    expected_topk = np.zeros(100)
+    for rank in (0, 2):
+        flat = results[rank][0].reshape(-1)
+        top = np.argsort(-np.abs(flat))[:5]
+        np.add.at(expected_topk, top, flat[top])
+    mean = (results[0][1] + results[2][1]) / 2
+    for rank in (0, 2):
+        _, _, out = results[rank]
+        np.testing.assert_array_equal(out["topk"].reshape(-1), expected_topk)
+        np.testing.assert_allclose(out["powersgd"], mean, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(out["step"], -mean, rtol=0, atol=1e-12)
+    _, own, out = results[1]
+    assert sorted(out) == ["step"]
+    np.testing.assert_array_equal(out["step"], -own)
+
+
 def test_arguments_are_checked():
     from horovod.torch.stateful_compression import PowerSGD, TopK
     for bad in ({"rank": 0}, {"start_iter": -1}, {"min_compression_rate": 0.5}):
