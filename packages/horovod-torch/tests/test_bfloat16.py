@@ -45,6 +45,8 @@ def worker():
     x = bf16(values(ROWS * COLUMNS, rank)).reshape(ROWS, COLUMNS)
     out["reducescatter.sum"] = bits(hvd.reducescatter(x, op=hvd.Sum, name="rs.sum").reshape(-1))
     out["reducescatter.average"] = bits(hvd.reducescatter(x, op=hvd.Average, name="rs.average").reshape(-1))
+    from horovod.common import _core
+    out["hierarchical_allreduces"] = dict(_core.engine_stats()).get("hierarchical_allreduces", 0)
     hvd.shutdown()
     return out
 
@@ -73,7 +75,12 @@ def test_gloo_without_shared_memory_four_ranks():
 
 
 def test_hierarchical():
-    check(run_ranks(4, worker, env={"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}, hosts=2, timeout=180))
+    results = run_ranks(4, worker, env={"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}, hosts=2, timeout=180)
+    # Every allreduce took the hierarchical path: 6 cases x 4 counts, and per round of the fused
+    # group one of its two bfloat16 tensors and one of its float32 tensor (28; before the bfloat16
+    # hierarchical path, only the 2 float32 ones did).
+    assert [r["hierarchical_allreduces"] for r in results] == [28] * 4
+    check(results)
 
 
 JOB = """

@@ -26,15 +26,9 @@ void ReducescatterInFloat32(Communicator& comm, const uint16_t* input, const std
   // cycle), kept between calls so that a training step's reductions reuse it.
   thread_local std::vector<float> wide;
   if (wide.size() < static_cast<size_t>(count)) wide.resize(count);
-  const float pre = static_cast<float>(prescale);
-  for (int64_t i = 0; i < count; ++i) wide[i] = BFloat16ToFloat(input[i]);
-  if (prescale != 1.0) {
-    for (int64_t i = 0; i < count; ++i) wide[i] *= pre;
-  }
+  WidenBfloat16(input, count, static_cast<float>(prescale), wide.data());
   comm.Reducescatter({wide.data(), count, counts, DataType::FLOAT32, op});
-  const float post = static_cast<float>(postscale);
-  const float* block = wide.data() + offset;
-  for (int64_t i = 0; i < mine; ++i) output[i] = FloatToBFloat16(postscale != 1.0 ? block[i] * post : block[i]);
+  NarrowToBfloat16(wide.data() + offset, mine, static_cast<float>(postscale), output);
 }
 
 void AllreduceInFloat32(Communicator& comm, uint16_t* buffer, int64_t count, ReduceOp op, double prescale,

@@ -76,6 +76,21 @@ uint16_t FloatToBFloat16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+void WidenBfloat16(const uint16_t* in, int64_t n, float prescale, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(in[i]);
+  if (prescale != 1.0f) {
+    for (int64_t i = 0; i < n; ++i) out[i] *= prescale;
+  }
+}
+
+void NarrowToBfloat16(const float* in, int64_t n, float postscale, uint16_t* out) {
+  if (postscale != 1.0f) {
+    for (int64_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(in[i] * postscale);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = FloatToBFloat16(in[i]);
+  }
+}
+
 namespace {
 
 struct SumOp { template <typename T> static T apply(T a, T b) { return a + b; } };

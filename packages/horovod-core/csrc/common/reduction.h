@@ -24,4 +24,10 @@ uint16_t FloatToHalf(float f);
 float BFloat16ToFloat(uint16_t b);
 uint16_t FloatToBFloat16(float f);
 
+// The two ends of a bfloat16 reduction accumulated in float32 (collectives/float32_accumulation.h):
+// out[i] = float(in[i]) * prescale, and out[i] = in[i] * postscale rounded once to bfloat16 (to
+// nearest even); a factor of 1 multiplies nothing. i < n.
+void WidenBfloat16(const uint16_t* in, int64_t n, float prescale, float* out);
+void NarrowToBfloat16(const float* in, int64_t n, float postscale, uint16_t* out);
+
 }  // namespace horovod

@@ -99,9 +99,8 @@ void HalvingDoublingAllreduceBfloat16(Peers& peers, uint16_t* data, float* wide,
   const Halving plan(peers.rank(), peers.size(), count);
   if (count == 0) return;
   ReduceScatterPhase(peers, plan, reinterpret_cast<char*>(wide), DataType::FLOAT32, op);
-  for (int64_t i = plan.lo[plan.steps]; i < plan.hi[plan.steps]; ++i) {
-    data[i] = FloatToBFloat16(postscale != 1.0f ? wide[i] * postscale : wide[i]);
-  }
+  const int64_t lo = plan.lo[plan.steps];
+  NarrowToBfloat16(wide + lo, plan.hi[plan.steps] - lo, postscale, data + lo);
   // The allgather writes into the partners' bfloat16 buffers, not the float32 ones the reduce-scatter
   // read: the partners of this host learn where those lie, in the order the allgather meets them.
   for (int k = plan.steps - 1; k >= 0; --k) {

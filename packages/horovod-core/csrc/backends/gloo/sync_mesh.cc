@@ -144,16 +144,13 @@ bool SyncMesh::AllreduceBfloat16InFloat32(uint16_t* data, int64_t count, ReduceO
   if (!one_step && (size_ & (size_ - 1)) != 0) return false;
   if (wide_.size() < static_cast<size_t>(count)) wide_.resize(count);
   float* wide = wide_.data();
-  for (int64_t i = 0; i < count; ++i) wide[i] = BFloat16ToFloat(data[i]);
-  if (prescale != 1.0f) {
-    for (int64_t i = 0; i < count; ++i) wide[i] *= prescale;
-  }
+  WidenBfloat16(data, count, prescale, wide);
   if (!one_step) {
     HalvingDoublingAllreduceBfloat16(*this, data, wide, count, op, postscale);
     return true;
   }
   OneStepAllreduce(*this, reinterpret_cast<char*>(wide), count, DataType::FLOAT32, op, scratch_);
-  for (int64_t i = 0; i < count; ++i) data[i] = FloatToBFloat16(postscale != 1.0f ? wide[i] * postscale : wide[i]);
+  NarrowToBfloat16(wide, count, postscale, data);
   return true;
 }
 

@@ -6,6 +6,7 @@
 
 #include "backends/shm/shared_memory.h"
 #include "common/logging.h"
+#include "common/reduction.h"
 
 namespace horovod {
 
@@ -132,6 +133,46 @@ void HierarchicalBackend::Allreduce(const AllreduceOptions& options) {
   std::vector<int64_t> bytes(counts.size());
   for (size_t l = 0; l < counts.size(); ++l) bytes[l] = counts[l] * static_cast<int64_t>(element);
   local_->Allgather({shard_.data(), buffer, std::move(bytes)});
+}
+
+bool HierarchicalBackend::AllreduceBfloat16InFloat32(uint16_t* buffer, int64_t count, ReduceOp op, float prescale,
+                                                     float postscale) {
+  if (!state_->allreduce.load(std::memory_order_relaxed) || count == 0 || !local_) {
+    return global().AllreduceBfloat16InFloat32(buffer, count, op, prescale, postscale);
+  }
+  state_->allreduces.fetch_add(1, std::memory_order_relaxed);
+  if (wide_.size() < static_cast<size_t>(count)) wide_.resize(count);
+  float* wide = wide_.data();
+  WidenBfloat16(buffer, count, prescale, wide);
+  const std::vector<int64_t> counts = ShardCounts(count, local_size_);
+  const int me = layout_.local_rank;
+  int64_t offset = 0;
+  for (int l = 0; l < me; ++l) offset += counts[l];
+  // 1. Within the host, in float32 (as Allreduce's step 1).
+  if (state_->local_shared_memory) {
+    local_->Allreduce({wide, count, DataType::FLOAT32, op});
+  } else {
+    local_->Reducescatter({wide, count, counts, DataType::FLOAT32, op});
+  }
+  // 2. Across hosts: the shard reduce-scattered in float32, this rank's block of it rounded once,
+  //    the rounded blocks allgathered in bfloat16 into the shard's place in `buffer`.
+  const std::vector<int64_t> blocks = ShardCounts(counts[me], cross_->size());
+  int64_t block_offset = offset;
+  for (int c = 0; c < cross_->rank(); ++c) block_offset += blocks[c];
+  cross_->Reducescatter({wide + offset, counts[me], blocks, DataType::FLOAT32, op});
+  std::vector<uint16_t> mine(blocks[cross_->rank()]);
+  NarrowToBfloat16(wide + block_offset, static_cast<int64_t>(mine.size()), postscale, mine.data());
+  std::vector<int64_t> block_bytes(blocks.size());
+  for (size_t c = 0; c < blocks.size(); ++c) block_bytes[c] = blocks[c] * static_cast<int64_t>(sizeof(uint16_t));
+  cross_->Allgather({mine.data(), buffer + offset, std::move(block_bytes)});
+  // 3. Within the host: every shard, in bfloat16 (copied out first, as in Allreduce).
+  const size_t shard_bytes = static_cast<size_t>(counts[me]) * sizeof(uint16_t);
+  shard_.resize(shard_bytes);
+  if (shard_bytes > 0) std::memcpy(shard_.data(), buffer + offset, shard_bytes);
+  std::vector<int64_t> bytes(counts.size());
+  for (size_t l = 0; l < counts.size(); ++l) bytes[l] = counts[l] * static_cast<int64_t>(sizeof(uint16_t));
+  local_->Allgather({shard_.data(), buffer, std::move(bytes)});
+  return true;
 }
 
 void HierarchicalBackend::Allgather(const AllgatherOptions& options) {

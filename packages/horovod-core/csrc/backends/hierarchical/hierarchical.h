@@ -75,6 +75,13 @@ class HierarchicalBackend : public ForwardingCommunicator {
   // the one that must run.
   bool SupportsPieces(int64_t, size_t) const override { return false; }
   void Allreduce(const AllreduceOptions& options) override;
+  // bfloat16 accumulated in float32 (collectives/float32_accumulation.h) in the same three steps:
+  // the host's ranks reduce in float32, each shard is reduce-scattered in float32 across the hosts,
+  // each rank rounds its block of it once and allgathers it in bfloat16 across the hosts, then the
+  // shards are allgathered within the host. Across hosts that is 0.75 of the float32 hierarchical
+  // allreduce's bytes. While the switch is off, the global communicator's own (false: none).
+  bool AllreduceBfloat16InFloat32(uint16_t* buffer, int64_t count, ReduceOp op, float prescale,
+                                  float postscale) override;
   void Allgather(const AllgatherOptions& options) override;
 
  private:
@@ -93,6 +100,7 @@ class HierarchicalBackend : public ForwardingCommunicator {
   std::vector<std::vector<int>> cross_groups_;
   std::shared_ptr<HierarchicalState> state_;
   std::vector<char> shard_;    // allreduce: this rank's reduced shard, the input of step 3
+  std::vector<float> wide_;    // bfloat16 allreduce: the float32 values
   std::vector<char> group_;    // allgather: the blocks of this rank's cross group, the input of step 2
   std::vector<char> blocks_;   // allgather: every rank's block, grouped by local rank then host
 };

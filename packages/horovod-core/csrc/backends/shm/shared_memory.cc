@@ -218,6 +218,19 @@ class SharedMemoryBackend : public ForwardingCommunicator {
 
   void Barrier() override { Step(); }
 
+  // bfloat16 accumulated in float32 (collectives/float32_accumulation.h): the float32 allreduce
+  // above (every element reduced in rank order on one rank, the same bits on every rank), then
+  // every rank rounds once. The reduce-scatter the caller would run instead goes to the inner
+  // backend (TCP over loopback): this keeps the whole allreduce in shared memory.
+  bool AllreduceBfloat16InFloat32(uint16_t* buffer, int64_t count, ReduceOp op, float prescale,
+                                  float postscale) override {
+    if (wide_.size() < static_cast<size_t>(count)) wide_.resize(count);
+    WidenBfloat16(buffer, count, prescale, wide_.data());
+    Allreduce({wide_.data(), count, DataType::FLOAT32, op});
+    NarrowToBfloat16(wide_.data(), count, postscale, buffer);
+    return true;
+  }
+
  private:
 
   // Share of rank r in an operation over n elements of `element` bytes: [Bound(r), Bound(r + 1)),
@@ -476,6 +489,7 @@ class SharedMemoryBackend : public ForwardingCommunicator {
   // each piece starts (in elements of the pieces laid end to end); every rank's piece addresses;
   // the vectors of one process_vm_readv.
   std::vector<char> fold_, incoming_;
+  std::vector<float> wide_;  // AllreduceBfloat16InFloat32's float32 values, kept between calls
   std::vector<int64_t> starts_;
   std::vector<std::vector<uintptr_t>> addresses_;
   std::vector<iovec> local_, remote_;
