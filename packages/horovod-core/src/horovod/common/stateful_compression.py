@@ -20,7 +20,7 @@ number and ``@`` in every framework used.
 import math
 import zlib
 
-from horovod.common.api import Average, Sum, global_process_set
+from horovod.common.api import Average, Sum, global_process_set, rank
 
 
 class TensorOps:
@@ -73,6 +73,20 @@ def ops_for(tensor):
             return ops
     raise ValueError(f"a stateful compressor takes the tensors of a framework whose Horovod binding is imported "
                      f"(horovod.torch, horovod.tensorflow); got {type(tensor).__name__}")
+
+
+def check_optimizer_options(compression, op, gradient_predivide_factor):
+    """Refuses what a distributed optimizer or tape cannot combine with ``compression`` when it is
+    a compressor with state: an ``op`` other than Average or Sum, or a predivide factor (the
+    compressor reduces the gradients as they are). Does nothing for a cast.
+
+    Raises:
+        ValueError: naming the compressor, ``op`` and ``gradient_predivide_factor``.
+    """
+    if getattr(compression, "stateful", False) and (op not in (Average, Sum) or gradient_predivide_factor != 1.0):
+        raise ValueError(f"a stateful compressor ({type(compression).__name__}) combines gradients with "
+                         f"op=Average or Sum and no gradient_predivide_factor, got op={op!r} and "
+                         f"gradient_predivide_factor={gradient_predivide_factor}.")
 
 
 class StatefulCompressor:
@@ -139,6 +153,20 @@ class StatefulCompressor:
             NotImplementedError: here, in the interface; a compressor overrides it.
         """
         raise NotImplementedError
+
+    def sync(self, broadcast_object):
+        """Gives every rank rank 0's state but the residuals, and empties the residuals: after an
+        elastic reset the step and the factors are shared, while each rank's residuals are its
+        own and those of ranks that left are lost. A collective: every rank calls it.
+
+        Args:
+            broadcast_object: the framework's ``broadcast_object(obj)``, returning rank 0's
+                ``obj`` (picklable) on every rank.
+        """
+        shared = None
+        if rank() == 0:
+            shared = {k: v for k, v in self.state_dict().items() if k != "residuals"}
+        self.load_state_dict(broadcast_object(shared))
 
     def _start(self, named_grads, op):
         """Checks the arguments of ``reduce``, counts the step and returns the gradients'

@@ -119,10 +119,7 @@ class TensorFlowKerasState(ObjectState):
         self._saved_variables = _snapshot(self._variables())
         compression = self._stateful_compression()
         if compression is not None:
-            shared = None
-            if rank() == 0:
-                shared = {k: v for k, v in compression.state_dict().items() if k != 'residuals'}
-            compression.load_state_dict(self._bcast_object(shared))
+            compression.sync(self._bcast_object)
         super().sync()
 
     def reset(self):

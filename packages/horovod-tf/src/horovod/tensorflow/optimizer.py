@@ -6,6 +6,7 @@ import warnings
 import tensorflow as tf
 
 from horovod.common.compression import NoneCompressor
+from horovod.common.stateful_compression import check_optimizer_options
 from horovod.tensorflow.gradient_aggregation import LocalGradientAggregationHelper
 from horovod.tensorflow.gradient_aggregation_eager import LocalGradientAggregationHelperEager
 from horovod.tensorflow.mpi_ops import (
@@ -147,10 +148,7 @@ def _make_stateful_reduce_fn(name, compression, op, gradient_predivide_factor, p
     Raises:
         ValueError: ``op`` is neither Average nor Sum, or a gradient predivide factor is set.
     """
-    if op not in (Average, Sum) or gradient_predivide_factor != 1.0:
-        raise ValueError(f'a stateful compressor ({type(compression).__name__}) combines gradients with '
-                         f'hvd.Average or hvd.Sum and no gradient_predivide_factor; got op={op!r}, '
-                         f'gradient_predivide_factor={gradient_predivide_factor}.')
+    check_optimizer_options(compression, op, gradient_predivide_factor)
 
     @_no_autograph
     def allreduce_grads(grads, vars=None, use_generic_names=False):

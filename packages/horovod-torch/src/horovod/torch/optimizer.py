@@ -15,6 +15,7 @@ import os
 import warnings
 
 from horovod.common.process_sets import check_adasum_process_set
+from horovod.common.stateful_compression import check_optimizer_options
 from horovod.common.util import split_list
 from horovod.torch import mpi_ops
 from horovod.torch.compression import Compression
@@ -22,7 +23,6 @@ from horovod.torch.functions import broadcast_object
 from horovod.torch.mpi_ops import (
     Adasum,
     Average,
-    Sum,
     allreduce_async_,
     global_process_set,
     grouped_allreduce_async_,
@@ -585,10 +585,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError('gradient_predivide_factor is only supported with op=Average, got '
                          f'op={op!r} and gradient_predivide_factor={gradient_predivide_factor}.')
-    if getattr(compression, 'stateful', False) and (op not in (Average, Sum) or gradient_predivide_factor != 1.0):
-        raise ValueError(f'a stateful compressor ({type(compression).__name__}) combines gradients with '
-                         f'op=Average or Sum and no gradient_predivide_factor, got op={op!r} and '
-                         f'gradient_predivide_factor={gradient_predivide_factor}.')
+    check_optimizer_options(compression, op, gradient_predivide_factor)
     if num_groups != 0:
         warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be '
                       'removed.', DeprecationWarning, stacklevel=2)

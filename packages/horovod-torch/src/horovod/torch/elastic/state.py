@@ -117,13 +117,7 @@ class OptimizerStateHandler(StateHandler):
             broadcast_optimizer_state(self.value, root_rank=0)
         compression = getattr(self.value, '_compression', None)
         if getattr(compression, 'stateful', False):
-            # A stateful compressor's factors and step are shared: every rank takes rank 0's.
-            # Its residuals are each rank's own, and those of ranks that left are lost: rank 0
-            # sends none, and every rank starts again from zero ones.
-            shared = None
-            if rank() == 0:
-                shared = {k: v for k, v in compression.state_dict().items() if k != 'residuals'}
-            compression.load_state_dict(broadcast_object(shared, root_rank=0))
+            compression.sync(lambda shared: broadcast_object(shared, root_rank=0))
 
     def reset(self):
         # The number of ranks may have changed without a sync (hosts only removed): reshard.
