@@ -24,11 +24,10 @@ void ReducescatterInFloat32(Communicator& comm, const uint16_t* input, const std
   const int64_t mine = counts[comm.rank()];
   // The float32 staging buffer: one per thread (the background thread, or a caller running a
   // cycle), kept between calls so that a training step's reductions reuse it.
-  thread_local std::vector<float> wide;
-  if (wide.size() < static_cast<size_t>(count)) wide.resize(count);
-  WidenBfloat16(input, count, static_cast<float>(prescale), wide.data());
-  comm.Reducescatter({wide.data(), count, counts, DataType::FLOAT32, op});
-  NarrowToBfloat16(wide.data() + offset, mine, static_cast<float>(postscale), output);
+  thread_local Float32Staging staging;
+  float* wide = staging.Widen(input, count, static_cast<float>(prescale));
+  comm.Reducescatter({wide, count, counts, DataType::FLOAT32, op});
+  NarrowToBfloat16(wide + offset, mine, static_cast<float>(postscale), output);
 }
 
 void AllreduceInFloat32(Communicator& comm, uint16_t* buffer, int64_t count, ReduceOp op, double prescale,

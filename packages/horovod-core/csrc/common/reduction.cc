@@ -76,11 +76,14 @@ uint16_t FloatToBFloat16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-void WidenBfloat16(const uint16_t* in, int64_t n, float prescale, float* out) {
+float* Float32Staging::Widen(const uint16_t* in, int64_t n, float prescale) {
+  if (values_.size() < static_cast<size_t>(n)) values_.resize(n);
+  float* out = values_.data();
   for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(in[i]);
   if (prescale != 1.0f) {
     for (int64_t i = 0; i < n; ++i) out[i] *= prescale;
   }
+  return out;
 }
 
 void NarrowToBfloat16(const float* in, int64_t n, float postscale, uint16_t* out) {

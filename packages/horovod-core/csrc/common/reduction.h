@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "common.h"
 
@@ -24,10 +25,21 @@ uint16_t FloatToHalf(float f);
 float BFloat16ToFloat(uint16_t b);
 uint16_t FloatToBFloat16(float f);
 
-// The two ends of a bfloat16 reduction accumulated in float32 (collectives/float32_accumulation.h):
-// out[i] = float(in[i]) * prescale, and out[i] = in[i] * postscale rounded once to bfloat16 (to
-// nearest even); a factor of 1 multiplies nothing. i < n.
-void WidenBfloat16(const uint16_t* in, int64_t n, float prescale, float* out);
+// The two ends of a bfloat16 reduction accumulated in float32 (collectives/float32_accumulation.h).
+// The float32 values live in a Float32Staging, kept between calls so that a training step's
+// reductions reuse its memory (one per transport, or per thread).
+class Float32Staging {
+ public:
+  // Widens `n` bfloat16 values of `in`, times `prescale` (1: no multiplication), into the staging
+  // memory, grown as needed; returns it, valid until the next call.
+  float* Widen(const uint16_t* in, int64_t n, float prescale);
+
+ private:
+  std::vector<float> values_;
+};
+
+// out[i] = in[i] * postscale rounded once to bfloat16 (to nearest even) for i < n; a postscale of
+// 1 multiplies nothing.
 void NarrowToBfloat16(const float* in, int64_t n, float postscale, uint16_t* out);
 
 }  // namespace horovod

@@ -14,7 +14,6 @@
 #include "backends/gloo/store_adapter.h"
 #include "backends/gloo/tcp_sockets.h"
 #include "backends/gloo/tuning.h"
-#include "common/reduction.h"
 
 namespace horovod::gloo_backend {
 
@@ -142,9 +141,7 @@ bool SyncMesh::AllreduceBfloat16InFloat32(uint16_t* data, int64_t count, ReduceO
                                           float postscale) {
   const bool one_step = count * static_cast<int64_t>(sizeof(float)) <= one_step_bytes();
   if (!one_step && (size_ & (size_ - 1)) != 0) return false;
-  if (wide_.size() < static_cast<size_t>(count)) wide_.resize(count);
-  float* wide = wide_.data();
-  WidenBfloat16(data, count, prescale, wide);
+  float* wide = wide_.Widen(data, count, prescale);
   if (!one_step) {
     HalvingDoublingAllreduceBfloat16(*this, data, wide, count, op, postscale);
     return true;

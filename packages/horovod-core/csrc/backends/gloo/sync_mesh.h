@@ -33,6 +33,7 @@
 #include "backends/gloo/cross_memory.h"
 #include "backends/gloo/peers.h"
 #include "backends/gloo/shm_channel.h"
+#include "common/reduction.h"
 #include "common/store.h"
 
 namespace horovod::gloo_backend {
@@ -112,7 +113,7 @@ class SyncMesh : public Peers {
   std::shared_ptr<gloo::Context> context_;  // declared before peers_: their buffers go first
   std::vector<Peer> peers_;
   std::vector<char> scratch_;
-  std::vector<float> wide_;  // AllreduceBfloat16InFloat32's float32 values, kept between calls
+  Float32Staging wide_;  // AllreduceBfloat16InFloat32's float32 values
   std::vector<char> round_out_;  // this rank's cache-round message (AllreduceBitsAndEager)
   HostPeers host_peers_;
 };

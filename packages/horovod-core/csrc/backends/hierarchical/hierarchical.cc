@@ -6,7 +6,6 @@
 
 #include "backends/shm/shared_memory.h"
 #include "common/logging.h"
-#include "common/reduction.h"
 
 namespace horovod {
 
@@ -94,6 +93,35 @@ std::string HierarchicalBackend::Activity(const char* op) const {
   return global().Activity(op);
 }
 
+namespace {
+
+int64_t ShardOffset(const std::vector<int64_t>& counts, int shard) {
+  int64_t offset = 0;
+  for (int s = 0; s < shard; ++s) offset += counts[s];
+  return offset;
+}
+
+}  // namespace
+
+void HierarchicalBackend::ReduceWithinHost(void* buffer, int64_t count, const std::vector<int64_t>& counts,
+                                           DataType dtype, ReduceOp op) {
+  // The shared-memory transport has no reduce-scatter of its own (it would fall back to its inner
+  // backend's, over loopback TCP), and its allreduce already splits the reduction among the ranks:
+  // use that. Other backends reduce-scatter.
+  if (state_->local_shared_memory) {
+    local_->Allreduce({buffer, count, dtype, op});
+  } else {
+    local_->Reducescatter({buffer, count, counts, dtype, op});
+  }
+}
+
+void HierarchicalBackend::GatherWithinHost(void* buffer, const std::vector<int64_t>& counts, size_t element) {
+  // shard_ is apart from `buffer`, so that the gather's input never overlaps its output.
+  std::vector<int64_t> bytes(counts.size());
+  for (size_t l = 0; l < counts.size(); ++l) bytes[l] = counts[l] * static_cast<int64_t>(element);
+  local_->Allgather({shard_.data(), buffer, std::move(bytes)});
+}
+
 void HierarchicalBackend::Allreduce(const AllreduceOptions& options) {
   void* buffer = options.buffer;
   const int64_t count = options.count;
@@ -111,28 +139,15 @@ void HierarchicalBackend::Allreduce(const AllreduceOptions& options) {
   const size_t element = DataTypeSize(dtype);
   const std::vector<int64_t> counts = ShardCounts(count, local_size_);
   const int me = layout_.local_rank;
-  int64_t offset = 0;
-  for (int l = 0; l < me; ++l) offset += counts[l];
-  char* shard = static_cast<char*>(buffer) + static_cast<size_t>(offset) * element;
-  const size_t shard_bytes = static_cast<size_t>(counts[me]) * element;
-  // 1. Within the host. The shared-memory transport has no reduce-scatter of its own (it would
-  //    fall back to its inner backend's, over loopback TCP), and its allreduce already splits the
-  //    reduction among the ranks: use that. Other backends reduce-scatter.
-  if (state_->local_shared_memory) {
-    local_->Allreduce(options);
-  } else {
-    local_->Reducescatter({buffer, count, counts, dtype, op});
-  }
+  char* shard = static_cast<char*>(buffer) + static_cast<size_t>(ShardOffset(counts, me)) * element;
+  // 1. Within the host.
+  ReduceWithinHost(buffer, count, counts, dtype, op);
   // 2. Across hosts, shard by shard in parallel (each rank's cross communicator holds one rank
   //    per host, all with the same shard).
   cross_->Allreduce({shard, counts[me], dtype, op});
-  // 3. Within the host again: everyone gets every shard. The shard is copied out first, so that
-  //    the gather's input never overlaps its output.
-  shard_.resize(shard_bytes);
-  if (shard_bytes > 0) std::memcpy(shard_.data(), shard, shard_bytes);
-  std::vector<int64_t> bytes(counts.size());
-  for (size_t l = 0; l < counts.size(); ++l) bytes[l] = counts[l] * static_cast<int64_t>(element);
-  local_->Allgather({shard_.data(), buffer, std::move(bytes)});
+  // 3. Within the host again: everyone gets every shard.
+  shard_.assign(shard, shard + static_cast<size_t>(counts[me]) * element);
+  GatherWithinHost(buffer, counts, element);
 }
 
 bool HierarchicalBackend::AllreduceBfloat16InFloat32(uint16_t* buffer, int64_t count, ReduceOp op, float prescale,
@@ -141,37 +156,25 @@ bool HierarchicalBackend::AllreduceBfloat16InFloat32(uint16_t* buffer, int64_t c
     return global().AllreduceBfloat16InFloat32(buffer, count, op, prescale, postscale);
   }
   state_->allreduces.fetch_add(1, std::memory_order_relaxed);
-  if (wide_.size() < static_cast<size_t>(count)) wide_.resize(count);
-  float* wide = wide_.data();
-  WidenBfloat16(buffer, count, prescale, wide);
+  float* wide = wide_.Widen(buffer, count, prescale);
   const std::vector<int64_t> counts = ShardCounts(count, local_size_);
   const int me = layout_.local_rank;
-  int64_t offset = 0;
-  for (int l = 0; l < me; ++l) offset += counts[l];
-  // 1. Within the host, in float32 (as Allreduce's step 1).
-  if (state_->local_shared_memory) {
-    local_->Allreduce({wide, count, DataType::FLOAT32, op});
-  } else {
-    local_->Reducescatter({wide, count, counts, DataType::FLOAT32, op});
-  }
+  // 1. Within the host, in float32.
+  ReduceWithinHost(wide, count, counts, DataType::FLOAT32, op);
   // 2. Across hosts: the shard reduce-scattered in float32, this rank's block of it rounded once,
-  //    the rounded blocks allgathered in bfloat16 into the shard's place in `buffer`.
+  //    the rounded blocks allgathered in bfloat16 into shard_, the input of step 3.
+  float* shard = wide + ShardOffset(counts, me);
   const std::vector<int64_t> blocks = ShardCounts(counts[me], cross_->size());
-  int64_t block_offset = offset;
-  for (int c = 0; c < cross_->rank(); ++c) block_offset += blocks[c];
-  cross_->Reducescatter({wide + offset, counts[me], blocks, DataType::FLOAT32, op});
+  cross_->Reducescatter({shard, counts[me], blocks, DataType::FLOAT32, op});
   std::vector<uint16_t> mine(blocks[cross_->rank()]);
-  NarrowToBfloat16(wide + block_offset, static_cast<int64_t>(mine.size()), postscale, mine.data());
+  NarrowToBfloat16(shard + ShardOffset(blocks, cross_->rank()), static_cast<int64_t>(mine.size()), postscale,
+                   mine.data());
   std::vector<int64_t> block_bytes(blocks.size());
   for (size_t c = 0; c < blocks.size(); ++c) block_bytes[c] = blocks[c] * static_cast<int64_t>(sizeof(uint16_t));
-  cross_->Allgather({mine.data(), buffer + offset, std::move(block_bytes)});
-  // 3. Within the host: every shard, in bfloat16 (copied out first, as in Allreduce).
-  const size_t shard_bytes = static_cast<size_t>(counts[me]) * sizeof(uint16_t);
-  shard_.resize(shard_bytes);
-  if (shard_bytes > 0) std::memcpy(shard_.data(), buffer + offset, shard_bytes);
-  std::vector<int64_t> bytes(counts.size());
-  for (size_t l = 0; l < counts.size(); ++l) bytes[l] = counts[l] * static_cast<int64_t>(sizeof(uint16_t));
-  local_->Allgather({shard_.data(), buffer, std::move(bytes)});
+  shard_.resize(static_cast<size_t>(counts[me]) * sizeof(uint16_t));
+  cross_->Allgather({mine.data(), shard_.data(), std::move(block_bytes)});
+  // 3. Within the host: every shard, in bfloat16.
+  GatherWithinHost(buffer, counts, sizeof(uint16_t));
   return true;
 }
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "backends/communicator.h"
+#include "common/reduction.h"
 
 namespace horovod {
 
@@ -87,6 +88,11 @@ class HierarchicalBackend : public ForwardingCommunicator {
  private:
   // The global communicator (ForwardingCommunicator's inner one).
   Communicator& global() const { return inner(); }
+  // Step 1 of an allreduce of `count` elements of `buffer` in shards of `counts` elements: the
+  // host's ranks reduce, local rank l ending with shard l reduced (with shared memory, every shard).
+  void ReduceWithinHost(void* buffer, int64_t count, const std::vector<int64_t>& counts, DataType dtype, ReduceOp op);
+  // Step 3: every local rank's shard, which it holds in shard_, gathered into `buffer`.
+  void GatherWithinHost(void* buffer, const std::vector<int64_t>& counts, size_t element);
 
   HostLayout layout_;
   int local_size_ = 1;
@@ -100,7 +106,7 @@ class HierarchicalBackend : public ForwardingCommunicator {
   std::vector<std::vector<int>> cross_groups_;
   std::shared_ptr<HierarchicalState> state_;
   std::vector<char> shard_;    // allreduce: this rank's reduced shard, the input of step 3
-  std::vector<float> wide_;    // bfloat16 allreduce: the float32 values
+  Float32Staging wide_;        // bfloat16 allreduce: the float32 values
   std::vector<char> group_;    // allgather: the blocks of this rank's cross group, the input of step 2
   std::vector<char> blocks_;   // allgather: every rank's block, grouped by local rank then host
 };

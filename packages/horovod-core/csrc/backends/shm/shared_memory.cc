@@ -224,10 +224,9 @@ class SharedMemoryBackend : public ForwardingCommunicator {
   // backend (TCP over loopback): this keeps the whole allreduce in shared memory.
   bool AllreduceBfloat16InFloat32(uint16_t* buffer, int64_t count, ReduceOp op, float prescale,
                                   float postscale) override {
-    if (wide_.size() < static_cast<size_t>(count)) wide_.resize(count);
-    WidenBfloat16(buffer, count, prescale, wide_.data());
-    Allreduce({wide_.data(), count, DataType::FLOAT32, op});
-    NarrowToBfloat16(wide_.data(), count, postscale, buffer);
+    float* wide = wide_.Widen(buffer, count, prescale);
+    Allreduce({wide, count, DataType::FLOAT32, op});
+    NarrowToBfloat16(wide, count, postscale, buffer);
     return true;
   }
 
@@ -489,7 +488,7 @@ class SharedMemoryBackend : public ForwardingCommunicator {
   // each piece starts (in elements of the pieces laid end to end); every rank's piece addresses;
   // the vectors of one process_vm_readv.
   std::vector<char> fold_, incoming_;
-  std::vector<float> wide_;  // AllreduceBfloat16InFloat32's float32 values, kept between calls
+  Float32Staging wide_;  // AllreduceBfloat16InFloat32's float32 values
   std::vector<int64_t> starts_;
   std::vector<std::vector<uintptr_t>> addresses_;
   std::vector<iovec> local_, remote_;
