@@ -163,10 +163,13 @@ class Cluster:
                     pass
         return found
 
-    def stop(self, also=()):
+    def stop(self, also=(), known=()):
         """SIGTERM every daemon (a worker stops its executors), then SIGKILL what is left;
-        return the processes still alive (none expected)."""
+        return the processes still alive (none expected). ``known`` are processes seen earlier:
+        a Python worker of a task Spark killed may have lost its parent (and left this tree) by
+        now, and it too gets 10 s to end."""
         procs = _descendants([p.pid for p in self.procs] + list(also))
+        procs.update({proc.pid: proc for proc in known if proc.pid not in procs})
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -223,7 +226,7 @@ def spark_context(cluster, workers, driver_host="127.0.0.1"):
             SparkContext._gateway.proc.wait(timeout=30)
             SparkContext._gateway = None
             SparkContext._jvm = None
-        left = cluster.stop(also)
+        left = cluster.stop(also, known=procs.values())
         os.environ.pop("TMPDIR", None)
         os.environ.pop("JAVA_TOOL_OPTIONS", None)
         still = _alive(procs.values())
