@@ -130,6 +130,50 @@ def test_init_records_scope_sizes_and_clears_store(server):
     assert client.try_get("cross_1", "y") is None
 
 
+def test_start_with_plan_keeps_a_put_that_arrived_as_the_port_opened():
+    """A bare Slurm step's tasks PUT as soon as rank 0's port listens: start(host_alloc_plan=...)
+    records the scope sizes before it reads a request, so that PUT is served after the init and
+    kept (an init() after start() could clear it)."""
+    import socket
+    seen = []
+
+    class Recording(rdv.RendezvousHandler):
+        def handle_put(self, scope, key, value):
+            seen.append(dict(self.server.scope_size))
+            return super().handle_put(scope, key, value)
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    secret = rdv.make_secret_key()
+    client = rdv.RendezvousClient("127.0.0.1", port, secret=secret)
+    done = threading.Event()
+
+    def put_as_soon_as_it_listens():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                client.set("global", "rank_1", b"address of rank 1")
+                break
+            except ConnectionError:
+                time.sleep(0.001)
+        done.set()
+
+    thread = threading.Thread(target=put_as_soon_as_it_listens)
+    thread.start()
+    srv = rdv.RendezvousServer(secret=secret)
+    try:
+        time.sleep(0.05)  # the client is knocking already
+        srv.start(Recording, port=port, host_alloc_plan=_plan([("hostA", 2)]))
+        assert done.wait(10)
+        assert seen == [{"global": 2, "local_hostA": 2, "cross_0": 1, "cross_1": 1}]
+        assert client.get("global", "rank_1", timeout_s=5) == b"address of rank 1"
+    finally:
+        thread.join()
+        srv.stop()
+
+
 def _assert_refused(server, status, expected_status):
     assert status == expected_status
     assert server._httpd.store.get("myscope", {}).get("k") == b"original"

@@ -299,13 +299,17 @@ class _ServerBase:
         self._httpd = None
         self._thread = None
 
-    def _start(self, handler_cls, port: int = 0) -> int:
+    def _start(self, handler_cls, port: int = 0, before_serving=None) -> int:
         if self._httpd is not None:
             raise RuntimeError("the server is already running on port %d" % self.port)
         # Port 0: the kernel picks a free ephemeral port; "" binds every interface.
         self._httpd = self._server_cls(("", port), handler_cls or self._default_handler,
                                        self.secret, self.verbose)
         self.port = self._httpd.server_address[1]
+        # The socket listens from here on: a client's connection waits in the backlog, and its
+        # request is read only once the thread below serves.
+        if before_serving is not None:
+            before_serving()
         _register(self.port, self.secret)
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.1,),
                                         name="horovod-rendezvous-%d" % self.port, daemon=True)
@@ -340,15 +344,19 @@ class RendezvousServer(_ServerBase):
     _server_cls = RendezvousHTTPServer
     _default_handler = RendezvousHandler
 
-    def start(self, handler_cls=None, port: int = 0) -> int:
+    def start(self, handler_cls=None, port: int = 0, *, host_alloc_plan=None) -> int:
         """Start serving on all interfaces at ``port`` (default 0: a free port the kernel
         picks) and return the port.
 
         ``handler_cls`` defaults to :class:`RendezvousHandler`; a subclass may override its
-        ``handle_*`` methods. Raises ``RuntimeError`` if already started, ``OSError`` when
-        ``port`` cannot be bound (e.g. in use).
+        ``handle_*`` methods. With ``host_alloc_plan``, :meth:`init` runs before the first
+        request is read, for workers that may reach the port as soon as it listens (a ``PUT``
+        between ``start()`` and a later ``init()`` would be cleared by it). Raises
+        ``RuntimeError`` if already started, ``OSError`` when ``port`` cannot be bound (e.g.
+        in use).
         """
-        return self._start(handler_cls, port)
+        before = None if host_alloc_plan is None else (lambda: self.init(host_alloc_plan))
+        return self._start(handler_cls, port, before)
 
     def init(self, host_alloc_plan):
         """Clear the store and record the size of every launcher-defined scope.

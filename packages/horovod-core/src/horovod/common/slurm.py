@@ -302,15 +302,17 @@ def _host_rendezvous(topology, port, key):
     from horovod.common.rendezvous import GLOBAL_SCOPE, RendezvousServer
     if _server is None:
         server = RendezvousServer(secret=key)
+        # The global scope's size gives DELETEs the rendezvous protocol's completion rule. It is
+        # set before the first request is served: the other tasks start as soon as the port
+        # listens, and an init() after start() would clear the keys they put first.
+        plan = [SimpleNamespace(hostname=GLOBAL_SCOPE, local_rank=0, size=topology["size"],
+                                local_size=1, cross_size=1)]
         try:
-            server.start(port=port)
+            server.start(port=port, host_alloc_plan=plan)
         except OSError as e:
             raise ValueError("rank 0 cannot serve the Slurm step's rendezvous on port %d of node %s "
                              "(%s); set %s to a free port in the job's environment"
                              % (port, topology["node"], e, PORT_ENV)) from None
-        # The global scope's size gives DELETEs the rendezvous protocol's completion rule.
-        server.init([SimpleNamespace(hostname=GLOBAL_SCOPE, local_rank=0, size=topology["size"],
-                                     local_size=1, cross_size=1)])
         _server = server
 
 
