@@ -1,9 +1,9 @@
 """Every developer task of the monorepo: `nox -s build | lint | demo | bench`, and `nox -t tests`.
 
 `nox -t tests` runs every test session: `tests-cpp` (the engine's C++ unit tests), `tests` (one per
-package that needs only PyTorch or nothing), `tests-tf`, `tests-keras`, `tests-mxnet`, `tests-ray`
-and `tests-spark`, each in its own virtualenv, `tests-tf-oldest` and `tests-keras-oldest` (part of
-those tests on the oldest TensorFlow and Keras claimed), `build-gpu` (the core with CUDA and NCCL,
+package that needs only PyTorch or nothing), `tests-tf` (horovod-tf's and horovod-keras's tests),
+`tests-mxnet`, `tests-ray` and `tests-spark`, each in its own virtualenv, `tests-tf-oldest` (part of
+those TensorFlow and Keras tests on the oldest releases claimed), `build-gpu` (the core with CUDA and NCCL,
 compiled, linked and checked; its GPU tests skip without a GPU), and `bare-install` (the wheels on a
 Debian root with nothing but Python: ci/bare_install.py).
 
@@ -26,6 +26,7 @@ import tempfile
 import zipfile
 
 import nox
+import nox.command
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
@@ -63,27 +64,25 @@ TESTS = {
     "horovod-run": ["horovod-torch", TORCH, "scikit-learn", "mpi4py"],
 }
 
-# The framework packages whose tests need a framework virtualenv of their own: session -> package,
-# what its tests need (the examples run under horovodrun on scikit-learn's digits), and optionally
-# which of its tests to run (pytest's arguments; all of tests/ when absent).
+# The framework packages whose tests need a framework virtualenv of their own: session -> what the
+# tests need (the examples run under horovodrun on scikit-learn's digits), then the packages whose
+# tests run there, each with which of its tests (pytest's arguments; all of tests/ when None).
+# horovod-tf and horovod-keras share one virtualenv per TensorFlow release (Keras 3 on both of its
+# backends, TensorFlow and PyTorch): TensorFlow, Keras and PyTorch are installed once for both.
 FRAMEWORK_TESTS = {
-    "tests-tf": ("horovod-tf", ["horovod-run", TF, "scikit-learn"]),
-    # Keras 3 on both of its backends, TensorFlow and PyTorch.
-    "tests-keras": ("horovod-keras", ["horovod-run", "horovod-tf", "horovod-torch", TF, KERAS, TORCH,
-                                      "scikit-learn"]),
-    "tests-mxnet": ("horovod-mxnet", ["horovod-run", *MXNET, "scikit-learn"]),
+    "tests-tf": (["horovod-run", "horovod-torch", TF, KERAS, TORCH, "scikit-learn"],
+                 [("horovod-tf", None), ("horovod-keras", None)]),
+    "tests-mxnet": (["horovod-run", *MXNET, "scikit-learn"], [("horovod-mxnet", None)]),
     # The oldest claimed releases, on the part of the tests that stays short (about a minute each;
     # the elastic tests, and Keras's digits example, run only on the newest releases above).
     # TensorFlow: every collective eagerly and in tf.function, the tapes, the optimizers, the
     # digits example, and graph runs of many collectives (their waits rely on tf.data internals).
-    "tests-tf-oldest": ("horovod-tf", ["horovod-run", TF_OLDEST, KERAS_OLDEST, "scikit-learn"],
-                        ("tests/test_ops.py", "tests/test_training.py", "tests/test_example.py",
-                         "tests/test_graph_concurrency.py")),
     # Keras: every worker body (collectives, DistributedOptimizer, model.fit, the callbacks,
     # load_model) on both backends at np = 1, 2, 3.
-    "tests-keras-oldest": ("horovod-keras", ["horovod-run", "horovod-tf", "horovod-torch", TF_OLDEST, KERAS_OLDEST,
-                                             TORCH, "scikit-learn"],
-                           "tests/test_keras.py"),
+    "tests-tf-oldest": (["horovod-run", "horovod-torch", TF_OLDEST, KERAS_OLDEST, TORCH, "scikit-learn"],
+                        [("horovod-tf", ("tests/test_ops.py", "tests/test_training.py", "tests/test_example.py",
+                                         "tests/test_graph_concurrency.py")),
+                         ("horovod-keras", "tests/test_keras.py")]),
 }
 
 # Packages whose wheel holds compiled code: built into build/raw-wheels, then `auditwheel repair`
@@ -196,7 +195,10 @@ def install(session: nox.Session, *requirements: str) -> None:
     # A reused virtualenv may hold these names at the same version, and pip would keep the installed
     # copy instead of the wheel just built. (A local folder requirement is always reinstalled.)
     session.run_install("python", "-m", "pip", "uninstall", "--yes", *PACKAGES, silent=True)
-    session.install("--find-links", str(DIST), *requirements)
+    # --no-compile: pip would write the bytecode of every module of PyTorch, TensorFlow and the rest
+    # (half of a framework virtualenv's install time on 2 cores, 45 s of 95 for TensorFlow, Keras
+    # and PyTorch); Python writes it for the modules the tests import, as they first import them.
+    session.install("--no-compile", "--find-links", str(DIST), *requirements)
 
 
 @nox.session
@@ -252,35 +254,51 @@ def _left_behind(tmpdir: pathlib.Path, before: set[str]) -> tuple[list[str], lis
 
 
 def run_tests(session: nox.Session, package: str, requirements: list[str], extras: str = "test",
-              tests: str | tuple[str, ...] = "tests", temp_name: str = "", ignore: tuple = ()) -> None:
+              tests: str | tuple[str, ...] = "tests", temp_name: str = "", ignore: tuple = (),
+              more: tuple = ()) -> None:
     """Install `package` with its `extras` (the `test` extra) and `requirements` from dist/, then
     run its tests (`tests`: the folder, one file of it, or pytest's arguments; `ignore`: files of
-    it run elsewhere).
+    it run elsewhere). `more` are further (package, tests) pairs whose tests run in the same
+    virtualenv afterwards (each package installed with its `test` extra), each in its own pytest
+    run from its own folder; every run goes ahead when an earlier one failed, and the session
+    fails at the end if any did. Arguments after `--` go to every pytest run.
 
     pytest's exit status 5, "no tests collected", fails the session like any non-zero status.
-    pytest's temporary folders go to build/pytest/<temp_name or package> (emptied at each run),
-    not /tmp. The session fails when the tests leave anything in /tmp (see TMP_NOT_OURS), even
-    when they passed.
+    pytest's temporary folders go to build/pytest/<temp_name or package> (emptied at each run;
+    <temp_name>-<package> for those of `more`), not /tmp. The session fails when the tests leave
+    anything in /tmp (see TMP_NOT_OURS), even when they passed.
     """
     system_deps(session)
     testing = str(ROOT / "packages" / "horovod-testing")
-    install(session, f"{package}[{extras}]", *requirements, "pytest", testing)
-    session.chdir(ROOT / "packages" / package)
-    basetemp = ROOT / "build" / "pytest" / (temp_name or package)
-    basetemp.parent.mkdir(parents=True, exist_ok=True)
+    install(session, f"{package}[{extras}]", *(f"{other}[test]" for other, _ in more), *requirements,
+            "pytest", testing)
+    runs = [(package, tests, ignore, temp_name or package)]
+    runs += [(other, other_tests or "tests", (), f"{temp_name or package}-{other}") for other, other_tests in more]
     before = _tmp_entries()
     tmpdir = pathlib.Path(tempfile.mkdtemp(prefix="hvdnox-", dir="/tmp"))
     # PyTorch makes its compile cache folder (torchinductor_<user>) at the first optimizer step:
     # a cache, kept under build/.
     env = {"TMPDIR": str(tmpdir), "TORCHINDUCTOR_CACHE_DIR": str(ROOT / "build" / "torchinductor")}
+    failed = []
     try:
-        session.run("python", "-m", "pytest", *([tests] if isinstance(tests, str) else tests),
-                    f"--basetemp={basetemp}", *(f"--ignore={path}" for path in ignore),
-                    *session.posargs, env=env)
+        for run_package, run_tests_args, run_ignore, basetemp_name in runs:
+            session.chdir(ROOT / "packages" / run_package)
+            basetemp = ROOT / "build" / "pytest" / basetemp_name
+            basetemp.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                session.run("python", "-m", "pytest",
+                            *([run_tests_args] if isinstance(run_tests_args, str) else run_tests_args),
+                            f"--basetemp={basetemp}", *(f"--ignore={path}" for path in run_ignore),
+                            # The slowest tests, in CI's log: where the run's minutes go.
+                            "--durations=15", *session.posargs, env=env)
+            except nox.command.CommandFailed:
+                failed.append(run_package)
     finally:
         left_in_tmpdir, left_in_tmp = _left_behind(tmpdir, before)
         if left_in_tmpdir or left_in_tmp:
             session.warn(f"left behind: in TMPDIR {left_in_tmpdir}, in /tmp {left_in_tmp}")
+    if failed:
+        session.error(f"the tests of {', '.join(failed)} failed")
     if left_in_tmpdir or left_in_tmp:
         session.error("the tests left files behind (each test must remove what it creates, also when it fails): "
                       + "; ".join([f"in TMPDIR: {', '.join(left_in_tmpdir)}"] * bool(left_in_tmpdir)
@@ -318,12 +336,13 @@ def tests(session: nox.Session, package: str) -> None:
 
 
 def framework_tests(name: str) -> None:
-    package, requirements, *tests = FRAMEWORK_TESTS[name]
+    requirements, suites = FRAMEWORK_TESTS[name]
+    (package, tests), *more = suites
 
     def session_function(session: nox.Session) -> None:
-        run_tests(session, package, requirements, tests=tests[0] if tests else "tests", temp_name=name)
+        run_tests(session, package, requirements, tests=tests or "tests", temp_name=name, more=tuple(more))
 
-    session_function.__doc__ = f"Run {package}'s tests in a virtualenv of its own."
+    session_function.__doc__ = f"Run the tests of {', '.join(p for p, _ in suites)} in a virtualenv of their own."
     nox.session(name=name, tags=["tests"])(session_function)
 
 
