@@ -424,6 +424,9 @@ def test_host_that_never_starts_its_worker_is_named(bed, topology_worker, tmp_pa
     assert run.returncode != 0
     assert "rank(s) 1 on host %s did not start within the start timeout of 5 seconds" % (
         _addr(bed, 2)) in run.stderr, run.stdout + run.stderr
+    # The failed job's flight recorder files are gathered over ssh: host 2 does not answer, and it
+    # is asked once (one connection timeout), not again to remove the directory.
+    assert run.stderr.count("could not reach %s for its flight recorder files" % _addr(bed, 2)) == 1, run.stderr
     assert elapsed < 60, elapsed
 
 

@@ -152,29 +152,49 @@ def diagnose(records):
 
 
 def _ssh(host, settings, command):
-    """Runs ``command`` on ``host`` over ssh; its stdout (bytes), or None after reporting why not."""
+    """Runs ``command`` on ``host`` over ssh; its stdout (bytes), or None after reporting why not
+    (ssh could not connect, exit status 255, or did not finish within ``GATHER_TIMEOUT_S``)."""
     from horovod.runner.util import remote
     argv = remote.ssh_argv(host, settings.ssh_port, settings.ssh_identity_file, timeout_s=10) + [command]
     try:
-        return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=GATHER_TIMEOUT_S,
-                              check=False).stdout
+        result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=GATHER_TIMEOUT_S,
+                                check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         print(f"horovodrun: could not reach {host} for its flight recorder files: {e}", file=sys.stderr)
         return None
+    if result.returncode == 255:
+        reason = result.stderr.decode(errors="replace").strip() or "ssh exited with 255"
+        print(f"horovodrun: could not reach {host} for its flight recorder files: {reason}", file=sys.stderr)
+        return None
+    return result.stdout
 
 
 def _gather_remote(directory, host, settings, target):
-    """Copies ``host``'s files from ``directory`` (the same path there) into ``target`` here."""
+    """Copies ``host``'s files from ``directory`` (the same path there) into ``target`` here.
+    Returns whether ``host`` answered."""
     archive = _ssh(host, settings, f"cd {shlex.quote(directory)} 2>/dev/null && "
                                    f"tar -cf - --wildcards '{FILE_PREFIX}*.json' 2>/dev/null")
+    if archive is None:
+        return False
     if not archive:
-        return
+        return True
     os.makedirs(target, exist_ok=True)
     try:
         with tarfile.open(fileobj=io.BytesIO(archive)) as files:
             files.extractall(target, filter="data")
     except tarfile.TarError as e:
         print(f"horovodrun: could not read the flight recorder files of {host}: {e}", file=sys.stderr)
+    return True
+
+
+def _on_every_host(fn, hosts):
+    """``fn(host)`` for every host at once (each may wait for ssh's connection timeout); the
+    results in the order of ``hosts``."""
+    from horovod.runner.util import threads
+    if not hosts:
+        return []
+    results = threads.execute_function_multithreaded(fn, [(host,) for host in hosts])
+    return [results[index] for index in range(len(hosts))]
 
 
 @contextlib.contextmanager
@@ -208,9 +228,15 @@ def recorded_job(env, settings, remote_hosts):
         # A temporary directory may be shared with remote hosts (one file system): their copies go
         # elsewhere, and the directory is removed on them only once everything was read.
         gathered = tempfile.mkdtemp(prefix="horovod-flight-recorder-gathered-") if temporary else directory
+        # The hosts that answered: one that did not (its sshd or network is down) is not asked
+        # again to remove the directory, which would only wait for ssh's timeout once more.
+        answered = []
         try:
-            for host in remote_hosts:
-                _gather_remote(directory, host, settings, os.path.join(gathered, f"host-{host}"))
+            hosts = list(remote_hosts)
+            reached = _on_every_host(
+                lambda host: _gather_remote(directory, host, settings, os.path.join(gathered, f"host-{host}")),
+                hosts)
+            answered = [host for host, ok in zip(hosts, reached) if ok]
             records = load(*[d for d in (directory, gathered) if os.path.isdir(d)])
             if records:
                 where = "" if temporary else f" (files in {directory})"
@@ -221,8 +247,7 @@ def recorded_job(env, settings, remote_hosts):
         finally:
             if temporary:
                 shutil.rmtree(gathered, ignore_errors=True)
-                for host in remote_hosts:
-                    _ssh(host, settings, f"rm -rf {shlex.quote(directory)}")
+                _on_every_host(lambda host: _ssh(host, settings, f"rm -rf {shlex.quote(directory)}"), answered)
         raise
     finally:
         if temporary:
