@@ -236,7 +236,7 @@ def recorded_job(env, settings, remote_hosts):
             reached = _on_every_host(
                 lambda host: _gather_remote(directory, host, settings, os.path.join(gathered, f"host-{host}")),
                 hosts)
-            answered = [host for host, ok in zip(hosts, reached) if ok]
+            answered = [host for host, ok in zip(hosts, reached, strict=True) if ok]
             records = load(*[d for d in (directory, gathered) if os.path.isdir(d)])
             if records:
                 where = "" if temporary else f" (files in {directory})"
