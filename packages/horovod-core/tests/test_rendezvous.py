@@ -133,9 +133,16 @@ def test_init_records_scope_sizes_and_clears_store(server):
 def test_start_with_plan_keeps_a_put_that_arrived_as_the_port_opened():
     """A bare Slurm step's tasks PUT as soon as rank 0's port listens: start(host_alloc_plan=...)
     records the scope sizes before it reads a request, so that PUT is served after the init and
-    kept (an init() after start() could clear it)."""
+    kept (an init() after start() could clear it). The init here takes 0.3 s, with the PUT
+    waiting in the listening socket's backlog: a server that read requests before its init ends
+    would serve the PUT without the plan and then clear it."""
     import socket
     seen = []
+
+    class SlowInit(rdv.RendezvousServer):
+        def init(self, host_alloc_plan):
+            time.sleep(0.3)
+            super().init(host_alloc_plan)
 
     class Recording(rdv.RendezvousHandler):
         def handle_put(self, scope, key, value):
@@ -149,24 +156,30 @@ def test_start_with_plan_keeps_a_put_that_arrived_as_the_port_opened():
     secret = rdv.make_secret_key()
     client = rdv.RendezvousClient("127.0.0.1", port, secret=secret)
     done = threading.Event()
+    answers = []
 
     def put_as_soon_as_it_listens():
+        # Knocks every millisecond (RendezvousClient retries only every 0.5 s), so that the PUT
+        # is sent as the port starts to listen.
+        body = b"address of rank 1"
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                client.set("global", "rank_1", b"address of rank 1")
+                answers.append(_raw(port, "PUT", "/global/rank_1", body,
+                                    _signed_headers(secret, "PUT", "/global/rank_1", body))[0])
                 break
-            except ConnectionError:
+            except ConnectionRefusedError:
                 time.sleep(0.001)
         done.set()
 
     thread = threading.Thread(target=put_as_soon_as_it_listens)
     thread.start()
-    srv = rdv.RendezvousServer(secret=secret)
+    srv = SlowInit(secret=secret)
     try:
         time.sleep(0.05)  # the client is knocking already
         srv.start(Recording, port=port, host_alloc_plan=_plan([("hostA", 2)]))
         assert done.wait(10)
+        assert answers == [200]
         assert seen == [{"global": 2, "local_hostA": 2, "cross_0": 1, "cross_1": 1}]
         assert client.get("global", "rank_1", timeout_s=5) == b"address of rank 1"
     finally:
