@@ -254,27 +254,25 @@ def _left_behind(tmpdir: pathlib.Path, before: set[str]) -> tuple[list[str], lis
     return left_in_tmpdir, _still_new_in_tmp(before)
 
 
-def run_tests(session: nox.Session, package: str, requirements: list[str], extras: str = "test",
-              tests: str | tuple[str, ...] = "tests", temp_name: str = "", ignore: tuple = (),
-              more: tuple = ()) -> None:
-    """Install `package` with its `extras` (the `test` extra) and `requirements` from dist/, then
-    run its tests (`tests`: the folder, one file of it, or pytest's arguments; `ignore`: files of
-    it run elsewhere). `more` are further (package, tests) pairs whose tests run in the same
-    virtualenv afterwards (each package installed with its `test` extra), each in its own pytest
-    run from its own folder; every run goes ahead when an earlier one failed, and the session
-    fails at the end if any did. Arguments after `--` go to every pytest run.
+def run_tests(session: nox.Session, suites: list[tuple[str, str | tuple[str, ...] | None]],
+              requirements: list[str], extras: str = "test", temp_name: str = "") -> None:
+    """Install the packages of `suites` from dist/ with `requirements` (the first package with
+    `extras`, the others with their `test` extra), then run each package's tests in this one
+    virtualenv: `suites` lists (package, tests), `tests` being the folder, one file of it, or
+    pytest's arguments (all of tests/ when None). Each package's tests are a pytest run of their
+    own, from its folder; every run goes ahead when an earlier one failed, and the session fails
+    at the end if any did. Arguments after `--` go to every pytest run.
 
     pytest's exit status 5, "no tests collected", fails the session like any non-zero status.
-    pytest's temporary folders go to build/pytest/<temp_name or package> (emptied at each run;
-    <temp_name>-<package> for those of `more`), not /tmp. The session fails when the tests leave
-    anything in /tmp (see TMP_NOT_OURS), even when they passed.
+    pytest's temporary folders go to build/pytest/<temp_name or package> for the first package
+    and build/pytest/<temp_name>-<package> for the others (emptied at each run), not /tmp. The
+    session fails when the tests leave anything in /tmp (see TMP_NOT_OURS), even when they passed.
     """
     system_deps(session)
     testing = str(ROOT / "packages" / "horovod-testing")
-    install(session, f"{package}[{extras}]", *(f"{other}[test]" for other, _ in more), *requirements,
+    first = suites[0][0]
+    install(session, f"{first}[{extras}]", *(f"{package}[test]" for package, _ in suites[1:]), *requirements,
             "pytest", testing)
-    runs = [(package, tests, ignore, temp_name or package)]
-    runs += [(other, other_tests or "tests", (), f"{temp_name or package}-{other}") for other, other_tests in more]
     before = _tmp_entries()
     tmpdir = pathlib.Path(tempfile.mkdtemp(prefix="hvdnox-", dir="/tmp"))
     # PyTorch makes its compile cache folder (torchinductor_<user>) at the first optimizer step:
@@ -282,18 +280,17 @@ def run_tests(session: nox.Session, package: str, requirements: list[str], extra
     env = {"TMPDIR": str(tmpdir), "TORCHINDUCTOR_CACHE_DIR": str(ROOT / "build" / "torchinductor")}
     failed = []
     try:
-        for run_package, run_tests_args, run_ignore, basetemp_name in runs:
-            session.chdir(ROOT / "packages" / run_package)
-            basetemp = ROOT / "build" / "pytest" / basetemp_name
+        for index, (package, tests) in enumerate(suites):
+            session.chdir(ROOT / "packages" / package)
+            basetemp = ROOT / "build" / "pytest" / ((temp_name or package) if index == 0 else f"{temp_name}-{package}")
             basetemp.parent.mkdir(parents=True, exist_ok=True)
             try:
-                session.run("python", "-m", "pytest",
-                            *([run_tests_args] if isinstance(run_tests_args, str) else run_tests_args),
-                            f"--basetemp={basetemp}", *(f"--ignore={path}" for path in run_ignore),
+                session.run("python", "-m", "pytest", *([tests or "tests"] if isinstance(tests, str | None) else tests),
+                            f"--basetemp={basetemp}",
                             # The slowest tests, in CI's log: where the run's minutes go.
                             "--durations=15", *session.posargs, env=env)
             except nox.command.CommandFailed:
-                failed.append(run_package)
+                failed.append(package)
     finally:
         left_in_tmpdir, left_in_tmp = _left_behind(tmpdir, before)
         if left_in_tmpdir or left_in_tmp:
@@ -330,18 +327,16 @@ def tests_cpp(session: nox.Session) -> None:
 def tests(session: nox.Session, package: str) -> None:
     """Run one package's tests against its installed wheel (horovod.ray's in tests-ray,
     horovod.spark's in tests-spark)."""
-    ignore = (("tests/test_ray.py", "tests/test_ray_multinode.py", "tests/test_spark.py",
-               "tests/test_spark_testbed.py")
-              if package == "horovod-run" else ())
-    run_tests(session, package, TESTS[package], ignore=ignore)
+    elsewhere = ("test_ray.py", "test_ray_multinode.py", "test_spark.py", "test_spark_testbed.py")
+    tests = ("tests", *(f"--ignore=tests/{name}" for name in elsewhere)) if package == "horovod-run" else None
+    run_tests(session, [(package, tests)], TESTS[package])
 
 
 def framework_tests(name: str) -> None:
     requirements, suites = FRAMEWORK_TESTS[name]
-    (package, tests), *more = suites
 
     def session_function(session: nox.Session) -> None:
-        run_tests(session, package, requirements, tests=tests or "tests", temp_name=name, more=tuple(more))
+        run_tests(session, suites, requirements, temp_name=name)
 
     session_function.__doc__ = f"Run the tests of {', '.join(p for p, _ in suites)} in a virtualenv of their own."
     nox.session(name=name, tags=["tests"])(session_function)
@@ -362,8 +357,8 @@ def tests_ray(session: nox.Session) -> None:
     """horovod.ray (horovod-run[ray]) in a virtualenv of its own: tests/test_ray.py starts a local
     Ray cluster and stops it by PID. The workers' collectives run on numpy arrays through
     horovod.common, so no framework is installed."""
-    run_tests(session, "horovod-run", [RAY, "numpy", SCIKIT_LEARN], extras="ray,test",
-              tests=("tests/test_ray.py", "tests/test_ray_multinode.py"), temp_name="horovod-run-ray")
+    run_tests(session, [("horovod-run", ("tests/test_ray.py", "tests/test_ray_multinode.py"))],
+              [RAY, "numpy", SCIKIT_LEARN], extras="ray,test", temp_name="horovod-run-ray")
 
 
 # PySpark, for horovod.spark's tests: the release they are run on (the `spark` extra asks only for >= 4.0).
@@ -378,11 +373,11 @@ def tests_spark(session: nox.Session) -> None:
     (ci/testbed.sh). The ranks' collectives run on numpy arrays through horovod.common, except in
     tests/test_spark_estimators.py (the Estimators: real torch, Lightning and Keras 3 on TensorFlow,
     on a cluster of its own under build/spark-est-test)."""
-    run_tests(session, "horovod-run", [PYSPARK, "numpy", "scikit-learn", "horovod-torch", "horovod-tf",
-                                       "horovod-keras", TORCH, "lightning==2.6.*", TF, KERAS],
-              extras="spark,test",
-              tests=("tests/test_spark.py", "tests/test_spark_testbed.py", "tests/test_spark_estimators.py"),
-              temp_name="horovod-run-spark")
+    run_tests(session, [("horovod-run", ("tests/test_spark.py", "tests/test_spark_testbed.py",
+                                         "tests/test_spark_estimators.py"))],
+              [PYSPARK, "numpy", "scikit-learn", "horovod-torch", "horovod-tf", "horovod-keras", TORCH,
+               "lightning==2.6.*", TF, KERAS],
+              extras="spark,test", temp_name="horovod-run-spark")
 
 
 GPU_DIST = ROOT / "build" / "gpu-dist"
