@@ -191,8 +191,6 @@ def _on_every_host(fn, hosts):
     """``fn(host)`` for every host at once (each may wait for ssh's connection timeout); the
     results in the order of ``hosts``."""
     from horovod.runner.util import threads
-    if not hosts:
-        return []
     results = threads.execute_function_multithreaded(fn, [(host,) for host in hosts])
     return [results[index] for index in range(len(hosts))]
 
