@@ -327,7 +327,8 @@ def tests_cpp(session: nox.Session) -> None:
 def tests(session: nox.Session, package: str) -> None:
     """Run one package's tests against its installed wheel (horovod.ray's in tests-ray,
     horovod.spark's in tests-spark)."""
-    elsewhere = ("test_ray.py", "test_ray_multinode.py", "test_spark.py", "test_spark_testbed.py")
+    elsewhere = ("test_ray.py", "test_ray_multinode.py", "test_spark.py", "test_spark_testbed.py",
+                 "test_spark_estimators.py")
     tests = ("tests", *(f"--ignore=tests/{name}" for name in elsewhere)) if package == "horovod-run" else None
     run_tests(session, [(package, tests)], TESTS[package])
 

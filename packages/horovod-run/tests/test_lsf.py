@@ -307,11 +307,14 @@ WORKER = textwrap.dedent("""
     x = np.linspace(-1.0, 1.0, 1001) * (rank + 1) + rank
     ops.wait(ops.allreduce_async([x], [x], ["x"], hvd.Sum))
     expected = sum(np.linspace(-1.0, 1.0, 1001) * (r + 1) + r for r in range(size))
-    print("RESULT " + json.dumps({
+    # One write(2) for the whole line: the bed sets PYTHONUNBUFFERED, under which print() writes
+    # the text and its newline apart, and mpirun passes on each write as it comes, so two ranks
+    # of one host could leave "RESULT {...}RESULT {...}" on one line.
+    os.write(1, ("RESULT " + json.dumps({
         "rank": rank, "size": size, "local_rank": hvd.local_rank(),
         "hostname": socket.gethostname(), "cpus": sorted(os.sched_getaffinity(0)),
         "controller": os.environ.get("HOROVOD_CONTROLLER"),
-        "max_error": float(np.max(np.abs(x - expected)))}), flush=True)
+        "max_error": float(np.max(np.abs(x - expected)))}) + "\\n").encode())
     hvd.shutdown()
 """)
 
