@@ -74,8 +74,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
         optimizer: a Keras 3 optimizer (``keras.optimizers.Optimizer``), not yet distributed.
         name: name of the copy; default ``"Distributed" + type(optimizer).__name__``.
         device_dense, device_sparse: accepted for compatibility; the engine reduces CPU memory.
-        compression: ``hvd.Compression.none`` or ``hvd.Compression.fp16`` (gradients travel as
-            float16 and are cast back).
+        compression: ``hvd.Compression.none``, ``hvd.Compression.fp16`` or
+            ``hvd.Compression.bf16`` (gradients travel as float16 or bfloat16 and are cast back).
+            Compressors with state (``PowerSGD``, ``TopK``) are not taken here: ``ValueError``.
         sparse_as_dense: turn sparse gradients (``tf.IndexedSlices`` of embeddings) dense before
             the allreduce; otherwise they are allgathered.
         gradient_predivide_factor: with ``op=Average``, gradients are multiplied by
@@ -182,7 +183,8 @@ def allreduce(value, name=None, average=True, prescale_factor=1.0, postscale_fac
         average (bool): deprecated; True for Average, False for Sum.
         prescale_factor, postscale_factor (float): factors applied before and after the reduction.
         op: ``hvd.Average``, ``hvd.Sum``, ... or None for what ``average`` says.
-        compression: ``hvd.Compression.none`` or ``hvd.Compression.fp16`` (sent as float16).
+        compression: ``hvd.Compression.none``, ``hvd.Compression.fp16`` or
+            ``hvd.Compression.bf16`` (sent as float16 or bfloat16).
 
     Raises:
         ValueError: both ``op`` and ``average=False`` given; an unsupported dtype (from the

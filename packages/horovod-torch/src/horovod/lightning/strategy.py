@@ -34,7 +34,8 @@ class HorovodStrategy(HorovodRanks, ParallelStrategy):
 
     Args:
         op: the reduction of gradients, ``hvd.Average`` (default) or ``hvd.Sum``, ``hvd.Adasum``.
-        compression: ``hvd.Compression.none`` (default) or ``hvd.Compression.fp16``.
+        compression: ``hvd.Compression.none`` (default), ``hvd.Compression.fp16`` or
+            ``hvd.Compression.bf16``.
         gradient_predivide_factor (float): as for ``hvd.DistributedOptimizer``.
         accelerator, checkpoint_io, precision_plugin: as for any Lightning ``Strategy``.
 

@@ -91,7 +91,8 @@ def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_fac
         average (bool): deprecated; True for Average, False for Sum.
         prescale_factor, postscale_factor (float): factors applied before and after the reduction.
         op: ``hvd.Average`` (default), ``hvd.Sum``, ...
-        compression: ``hvd.Compression.none`` or ``hvd.Compression.fp16`` (sent as float16).
+        compression: ``hvd.Compression.none``, ``hvd.Compression.fp16`` or
+            ``hvd.Compression.bf16`` (sent as float16 or bfloat16).
 
     Raises:
         ValueError: both ``op`` and ``average`` given.
