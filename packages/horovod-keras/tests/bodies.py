@@ -331,7 +331,9 @@ def errors():
         'twice': lambda: hvd.DistributedOptimizer(hvd.DistributedOptimizer(sgd)),
         'partial_not_layer': lambda: hvd.PartialDistributedOptimizer(sgd, local_layers=[sgd]),
         'legacy_opts': lambda: hvd.load_model('x.keras', legacy_opts=True),
-        'stateful': lambda: hvd.DistributedOptimizer(sgd, compression=PowerSGD(rank=2)),
+        'stateful_predivide': lambda: hvd.DistributedOptimizer(sgd, compression=PowerSGD(rank=2),
+                                                               gradient_predivide_factor=2.0),
+        'not_a_compressor': lambda: hvd.DistributedOptimizer(sgd, compression='fp16'),
     }
     out = {}
     for label, call in cases.items():
@@ -386,6 +388,77 @@ def tensorflow_only():
     out['tf_keras_names'] = (hvd_tf.ProcessSet is hvd_tf.global_process_set.__class__,
                              hvd_tf.callbacks.MetricAverageCallback
                              is hvd.callbacks.MetricAverageCallback)
+    return out
+
+
+def low_rank_grads(rank, step):
+    """Gradients of rank ``rank`` at ``step`` for an (8, 6) kernel and a (6,) bias: the kernel's
+    is ``a_r v^T`` with ``v`` the same on every rank, so their average has rank 1."""
+    v = np.linspace(-1.0, 1.0, 6, dtype=np.float32) + 0.1 * step
+    a = np.arange(8, dtype=np.float32) * 0.25 - rank + step
+    return np.outer(a, v).astype(np.float32), (v * (rank + 1)).astype(np.float32)
+
+
+def topk_grads(rank, step):
+    """Gradients of rank ``rank`` at ``step`` for a (4, 2) kernel: entries of distinct magnitudes,
+    so that top-k has one answer."""
+    return np.random.default_rng(100 * rank + step).standard_normal((4, 2)).astype(np.float32)
+
+
+def stateful():
+    """DistributedOptimizer with compressors with state: PowerSGD (r = 2) on gradients whose
+    average has rank 1, three steps; TopK (ratio 0.25) with error feedback, two steps, and its
+    residuals; ``model.fit`` with TopK(ratio=1) (eagerly on TensorFlow; in a graph it must raise);
+    KerasState syncing a compressor that diverged on every rank, then a reset."""
+    keras, hvd = _hvd()
+    r = hvd.rank()
+    out = {}
+    w = keras.Variable(np.zeros((8, 6), np.float32), name='w')
+    b = keras.Variable(np.zeros(6, np.float32), name='b')
+    powersgd = hvd.PowerSGD(rank=2, start_iter=0, min_compression_rate=1)
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(LR), compression=powersgd)
+    for step in range(3):
+        opt.apply([keras.ops.convert_to_tensor(g) for g in low_rank_grads(r, step)], [w, b])
+    out['powersgd'] = (_np(keras, w.value), _np(keras, b.value), powersgd.step, sorted(powersgd.q),
+                       sorted(powersgd.residuals))
+
+    w = keras.Variable(np.zeros((4, 2), np.float32), name='w')
+    topk = hvd.TopK(ratio=0.25)
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(LR), op=hvd.Sum, compression=topk)
+    steps = []
+    for step in range(2):
+        opt.apply([keras.ops.convert_to_tensor(topk_grads(r, step))], [w])
+        steps.append(_np(keras, w.value))
+    residuals = topk.state_dict()['residuals']
+    out['topk'] = (steps, {name: _np(keras, value) for name, value in residuals.items()})
+
+    x, y = rank_data(r)
+    model = _dense_model(keras, hvd, hvd.DistributedOptimizer(keras.optimizers.SGD(LR),
+                                                              compression=hvd.TopK(ratio=1.0)))
+    if keras.backend.backend() == 'tensorflow':
+        try:
+            model.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
+            out['graph_error'] = None
+        except ValueError as e:
+            out['graph_error'] = str(e)
+        model = _dense_model(keras, hvd, hvd.DistributedOptimizer(keras.optimizers.SGD(LR),
+                                                                  compression=hvd.TopK(ratio=1.0)))
+        model.compile(optimizer=model.optimizer, loss='mse', jit_compile=False, run_eagerly=True)
+    model.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
+    out['fit'] = model.get_weights()
+
+    powersgd = hvd.PowerSGD(rank=1, start_iter=0, min_compression_rate=1)
+    model = _dense_model(keras, hvd, hvd.DistributedOptimizer(keras.optimizers.SGD(LR),
+                                                              compression=powersgd))
+    powersgd.step = 10 + r
+    powersgd.q = {'layer': keras.ops.convert_to_tensor(np.full((2, 1), r, np.float32))}
+    powersgd.residuals = {'layer': keras.ops.convert_to_tensor(np.full((3, 2), r + 1, np.float32))}
+    state = hvd.elastic.KerasState(model)
+    state.sync()
+    out['synced'] = (powersgd.step, {k: _np(keras, v) for k, v in powersgd.q.items()}, dict(powersgd.residuals))
+    powersgd.residuals = {'layer': keras.ops.convert_to_tensor(np.ones((3, 2), np.float32))}
+    state.on_reset()
+    out['after_reset'] = dict(powersgd.residuals)
     return out
 
 
@@ -448,6 +521,7 @@ WORKERS = {
     'load_model': load_model,
     'errors': errors,
     'tensorflow_only': tensorflow_only,
+    'stateful': stateful,
     # Last: it shuts Horovod down and starts it again.
     'elastic': elastic,
 }

@@ -3,7 +3,7 @@ of the worker bodies (bodies.py) is compared with a numpy reference computed her
 
 import numpy as np
 import pytest
-from bodies import B0, LR, W0, WORKERS, rank_data, rank_grads
+from bodies import B0, LR, W0, WORKERS, low_rank_grads, rank_data, rank_grads, topk_grads
 from jobs import job_fixture
 
 job = job_fixture(WORKERS)
@@ -198,7 +198,8 @@ def test_wrong_arguments(job):
     expected = {'adasum': 'op=Average or op=Sum', 'predivide_sum': 'requires op=Average',
                 'bpps_zero': 'int >= 1', 'groups_bad': 'positive int',
                 'not_optimizer': 'keras.optimizers.Optimizer', 'twice': 'already distributed',
-                'partial_not_layer': 'Keras layer', 'legacy_opts': 'Keras 3', 'stateful': 'compressor with state'}
+                'partial_not_layer': 'Keras layer', 'legacy_opts': 'Keras 3',
+                'stateful_predivide': 'no gradient_predivide_factor', 'not_a_compressor': 'hvd.PowerSGD'}
     for out in results:
         for label, words in expected.items():
             assert out[label] is not None and words in out[label], (label, out[label])
@@ -221,6 +222,62 @@ def test_tensorflow_specifics(job):
         close(b, B0 - LR * np.mean([rank_grads(r)[1] for r in range(n)], 0))
         close(out['tf_keras_allreduce'], [(n + 1) / 2.0])
         assert out['tf_keras_names'] == (True, True)
+
+
+def _topk_reference(n, ratio=0.25, steps=2):
+    """numpy's top-k with error feedback and op=Sum: the summed sparse gradient of each step and
+    each rank's residual after the last step."""
+    residuals = [np.zeros((4, 2), np.float32) for _ in range(n)]
+    sums = []
+    for step in range(steps):
+        total = np.zeros(8, np.float32)
+        for r in range(n):
+            flat = (topk_grads(r, step) + residuals[r]).reshape(-1)
+            k = max(1, int(np.ceil(ratio * flat.size)))
+            chosen = np.argsort(-np.abs(flat))[:k]
+            total[chosen] += flat[chosen]
+            kept = flat.copy()
+            kept[chosen] = 0.0
+            residuals[r] = kept.reshape(4, 2)
+        sums.append(total.reshape(4, 2))
+    return sums, residuals
+
+
+def test_compressors_with_state(job):
+    backend, n, results = job('stateful')
+    mean_w = [np.mean([low_rank_grads(r, s)[0] for r in range(n)], 0) for s in range(3)]
+    mean_b = [np.mean([low_rank_grads(r, s)[1] for r in range(n)], 0) for s in range(3)]
+    sums, residuals = _topk_reference(n)
+    data = [rank_data(r) for r in range(n)]
+    one = [mse_grads(x, y, W0, B0) for x, y in data]
+    for rank, out in enumerate(results):
+        # The averaged kernel gradient has rank 1 < r = 2: PowerSGD sends it whole.
+        w, b, steps, q_names, residual_names = out['powersgd']
+        close(w, -LR * np.sum(mean_w, 0), rtol=1e-5, atol=1e-5)
+        close(b, -LR * np.sum(mean_b, 0))
+        (w1, w2), kept = out['topk']
+        if n == 1:
+            # One rank outside an elastic job reduces nothing: the compressors are not called.
+            assert (steps, q_names, residual_names, kept) == (0, [], [], {})
+            close(w1, -LR * topk_grads(0, 0))
+            close(w2, -LR * (topk_grads(0, 0) + topk_grads(0, 1)))
+        else:
+            assert steps == 3
+            assert len(q_names) == 1 and q_names[0].endswith('.0.w') and residual_names == q_names, q_names
+            close(w1, -LR * sums[0])
+            close(w2, -LR * (sums[0] + sums[1]))
+            assert list(kept) == [k for k in kept if k.endswith('.0.w')] and len(kept) == 1, kept
+            close(next(iter(kept.values())), residuals[rank])
+        if backend == 'tensorflow' and n > 1:
+            assert out['graph_error'] is not None and 'runs eagerly only' in out['graph_error'], out['graph_error']
+        kernel, bias = out['fit']
+        close(kernel, W0 - LR * np.mean([g[0] for g in one], 0))
+        close(bias, B0 - LR * np.mean([g[1] for g in one], 0))
+        # Rank 0's step and factors on every rank, no residuals; a reset empties them again.
+        step, q, kept = out['synced']
+        assert step == 10 and kept == {}, (step, kept)
+        np.testing.assert_array_equal(q['layer'], np.zeros((2, 1), np.float32))
+        assert out['after_reset'] == {}
 
 
 def test_elastic_state_and_run(job):

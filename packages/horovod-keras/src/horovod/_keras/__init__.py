@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 
 from horovod._keras.optimizer import _DistributedOptimizer, _Settings
+from horovod.common.stateful_compression import check_optimizer_options
 
 
 def _is_variable_list_of_lists(groups):
@@ -34,7 +35,8 @@ def create_distributed_optimizer(keras, optimizer, name, device_dense, device_sp
             not Average or Sum; ``gradient_predivide_factor != 1`` with an op other than
             Average; ``backward_passes_per_step`` is not a positive int; ``groups`` is neither
             None, a positive int nor a list of lists of variables; ``compression`` is not a
-            compressor, or is one with state (PowerSGD, TopK: not taken here).
+            compressor; a compressor with state (PowerSGD, TopK) with a
+            ``gradient_predivide_factor`` other than 1.
     """
     if backend is None:
         from horovod._keras.backend import load
@@ -67,13 +69,10 @@ def create_distributed_optimizer(keras, optimizer, name, device_dense, device_sp
             raise ValueError("groups must be None, a positive int (the number of groups) or a "
                              f"non-empty list of lists of variables, got {groups!r}.")
     if getattr(compression, "stateful", False):
-        raise ValueError(f"horovod.keras's DistributedOptimizer takes hvd.Compression (none, fp16 or bf16), not a "
-                         f"compressor with state ({type(compression).__name__}): use horovod.torch's "
-                         "DistributedOptimizer or horovod.tensorflow's DistributedGradientTape or "
-                         "DistributedOptimizer (eagerly).")
-    if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
-        raise ValueError("compression must be one of hvd.Compression (none, fp16 or bf16), got "
-                         f"{compression!r}.")
+        check_optimizer_options(compression, op, gradient_predivide_factor)
+    elif not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
+        raise ValueError("compression must be one of hvd.Compression (none, fp16 or bf16) or a compressor with "
+                         f"state (hvd.PowerSGD, hvd.TopK), got {compression!r}.")
     if process_set is None:
         process_set = framework.global_process_set
 

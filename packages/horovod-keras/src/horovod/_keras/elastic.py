@@ -15,7 +15,10 @@ class KerasStateImpl(ObjectState):
     become attributes of the state.
 
     ``save`` keeps a numpy copy of every variable; ``restore`` assigns them back; ``sync``
-    broadcasts every variable and attribute from rank 0 and saves.
+    broadcasts every variable and attribute from rank 0 and saves. When the optimizer is a
+    DistributedOptimizer with a compressor with state (PowerSGD, TopK), ``sync`` also gives every
+    rank rank 0's step and factors with empty residuals, and every reset (after Horovod
+    restarted) empties every rank's residuals.
 
     Raises:
         ValueError: the model is not built yet (call it on data or ``model.build`` first).
@@ -74,8 +77,22 @@ class KerasStateImpl(ObjectState):
         self._build_optimizer_like_root()
         _impl.broadcast_variables(self.backend.keras, self.backend, self._variables(), 0,
                                   name='KerasState.sync')
+        compression = self._stateful_compression()
+        if compression is not None:
+            compression.sync(self._bcast_object)
         super().sync()
         self.save()
+
+    def reset(self):
+        """Empties a compressor's residuals on every rank (run after Horovod restarted)."""
+        compression = self._stateful_compression()
+        if compression is not None:
+            compression.reset_residuals()
+
+    def _stateful_compression(self):
+        settings = getattr(self.optimizer, '_hvd_settings', None)
+        compression = getattr(settings, 'compression', None)
+        return compression if getattr(compression, 'stateful', False) else None
 
 
 class CommitStateCallbackImpl:

@@ -117,6 +117,8 @@ class _DistributedOptimizer:
                 if g is not None and id(v) in local:
                     out[i] = g * (1.0 / set_size)
 
+        if getattr(settings.compression, "stateful", False):
+            return self._reduce_with_state(grads, variables, reduced, out)
         if settings.op == backend.framework.Average:
             prescale, postscale = (1.0 / settings.gradient_predivide_factor,
                                    settings.gradient_predivide_factor)
@@ -141,6 +143,21 @@ class _DistributedOptimizer:
                 settings.process_set, name=f"{self._name}.grads.{k}")
             for i, r, (_, ctx) in zip(group, results, compressed, strict=True):
                 out[i] = settings.compression.decompress(r, ctx)
+        return out
+
+    def _reduce_with_state(self, grads, variables, reduced, out):
+        """Reduces the gradients at ``reduced`` (positions in ``grads``) through the compressor
+        with state (PowerSGD, TopK, Cast: ``horovod.common.stateful_compression``), in one call of
+        its ``reduce`` per step; each gradient (made dense) is named by this optimizer's name, its
+        position and its variable's path, so that the compressor keeps its residuals and factors
+        per variable. ``groups`` does not apply. On TensorFlow the compressor runs eagerly only
+        (``model.compile(..., run_eagerly=True)``); in a graph it raises ValueError."""
+        settings = self._hvd_settings
+        named = [(f"{self._name}.{i}.{_variable_label(variables[i])}", settings.backend.dense(grads[i]))
+                 for i in reduced]
+        combined = settings.compression.reduce(named, op=settings.op, process_set=settings.process_set)
+        for i, r in zip(reduced, combined, strict=True):
+            out[i] = r
         return out
 
     def _groups(self, indices, variables):
@@ -175,6 +192,10 @@ class _CallableList(list):
 
     def __call__(self):
         return self
+
+
+def _variable_label(variable):
+    return getattr(variable, "path", None) or variable.name
 
 
 class _LocalAggregation:

@@ -53,6 +53,9 @@ Average = _framework.Average
 Sum = _framework.Sum
 Adasum = _framework.Adasum
 Compression = _backend.Compression
+# Compressors with state (horovod.common.stateful_compression), registered for the backend's tensors.
+PowerSGD = _framework.PowerSGD
+TopK = _framework.TopK
 
 from horovod.keras import callbacks, elastic  # noqa: E402,F401  (hvd.callbacks, hvd.elastic)
 
@@ -76,7 +79,13 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
         device_dense, device_sparse: accepted for compatibility; the engine reduces CPU memory.
         compression: ``hvd.Compression.none``, ``hvd.Compression.fp16`` or
             ``hvd.Compression.bf16`` (gradients travel as float16 or bfloat16 and are cast back).
-            Compressors with state (``PowerSGD``, ``TopK``) are not taken here: ``ValueError``.
+            Or a compressor with state, ``hvd.PowerSGD(...)`` or ``hvd.TopK(...)``
+            (``horovod.common.stateful_compression``): every gradient of a step goes to one
+            ``reduce`` of the compressor, which keeps its residuals and factors per variable
+            (``groups`` and ``gradient_predivide_factor`` do not apply; on TensorFlow it runs
+            eagerly only: ``model.compile(..., run_eagerly=True)``, else ``ValueError`` at the
+            first step). Save it with ``compression.state_dict()``; ``hvd.elastic.KerasState``
+            syncs it from rank 0 and empties its residuals at every reset.
         sparse_as_dense: turn sparse gradients (``tf.IndexedSlices`` of embeddings) dense before
             the allreduce; otherwise they are allgathered.
         gradient_predivide_factor: with ``op=Average``, gradients are multiplied by

@@ -21,7 +21,9 @@ import horovod.keras as _hvd_keras  # noqa: E402
 from horovod.keras import (  # noqa: E402,F401  (re-exported)
     Average,
     Compression,
+    PowerSGD,
     Sum,
+    TopK,
     broadcast,
     broadcast_global_variables,
     broadcast_variables,
