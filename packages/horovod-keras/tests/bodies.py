@@ -156,13 +156,13 @@ def optimizer_apply():
     return results
 
 
-def _dense_model(keras, hvd, optimizer, units_in=3):
+def _dense_model(keras, hvd, optimizer, units_in=3, run_eagerly=False):
     model = keras.Sequential([
         keras.Input((units_in,)),
         keras.layers.Dense(2, kernel_initializer=keras.initializers.Constant(W0),
                            bias_initializer=keras.initializers.Constant(B0)),
     ])
-    model.compile(optimizer=optimizer, loss='mse', jit_compile=False)
+    model.compile(optimizer=optimizer, loss='mse', jit_compile=False, run_eagerly=run_eagerly)
     return model
 
 
@@ -433,17 +433,17 @@ def stateful():
     out['topk'] = (steps, {name: _np(keras, value) for name, value in residuals.items()})
 
     x, y = rank_data(r)
-    model = _dense_model(keras, hvd, hvd.DistributedOptimizer(keras.optimizers.SGD(LR),
-                                                              compression=hvd.TopK(ratio=1.0)))
+
+    def topk_all():
+        return hvd.DistributedOptimizer(keras.optimizers.SGD(LR), compression=hvd.TopK(ratio=1.0))
+
     if keras.backend.backend() == 'tensorflow':
         try:
-            model.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
+            _dense_model(keras, hvd, topk_all()).fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
             out['graph_error'] = None
         except ValueError as e:
             out['graph_error'] = str(e)
-        model = _dense_model(keras, hvd, hvd.DistributedOptimizer(keras.optimizers.SGD(LR),
-                                                                  compression=hvd.TopK(ratio=1.0)))
-        model.compile(optimizer=model.optimizer, loss='mse', jit_compile=False, run_eagerly=True)
+    model = _dense_model(keras, hvd, topk_all(), run_eagerly=True)
     model.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
     out['fit'] = model.get_weights()
 

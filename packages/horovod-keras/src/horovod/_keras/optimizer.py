@@ -153,8 +153,7 @@ class _DistributedOptimizer:
         per variable. ``groups`` does not apply. On TensorFlow the compressor runs eagerly only
         (``model.compile(..., run_eagerly=True)``); in a graph it raises ValueError."""
         settings = self._hvd_settings
-        named = [(f"{self._name}.{i}.{_variable_label(variables[i])}", settings.backend.dense(grads[i]))
-                 for i in reduced]
+        named = [(f"{self._name}.{i}.{variables[i].path}", settings.backend.dense(grads[i])) for i in reduced]
         combined = settings.compression.reduce(named, op=settings.op, process_set=settings.process_set)
         for i, r in zip(reduced, combined, strict=True):
             out[i] = r
@@ -192,10 +191,6 @@ class _CallableList(list):
 
     def __call__(self):
         return self
-
-
-def _variable_label(variable):
-    return getattr(variable, "path", None) or variable.name
 
 
 class _LocalAggregation:
